@@ -1,0 +1,112 @@
+// Package nakack owns the NAKACK protocol of nakcast: reliable, per-sender
+// FIFO multicast repaired by negative acknowledgements.
+//
+// It is a single-goroutine state machine. It does no I/O, reads no wall clock
+// and starts no goroutine: every entry point takes `now time.Duration` (time
+// since an arbitrary epoch chosen by the driver), randomness comes from a
+// generator seeded through Config, so a run is a pure function of its inputs
+// (the simulator in sim/ relies on it). It must not hold membership rules
+// (gms/ decides views, cuts and digests and tells nakack) nor touch sockets
+// (engine/ does).
+//
+// # Driving a Protocol
+//
+//	p, err := nakack.New(cfg)                       // cfg.Self, cfg.Group, cfg.Pool, ...
+//	p.InstallView(view, joinDigest, now)            // first view; zero digest for a brand-new group
+//	seq, err := p.Send(payload, now)                // copies payload; ErrBackPressure before claiming a seqno
+//	p.Flush(now)                                    // emit the open bundle (call when the send queue goes idle)
+//	err = p.Receive(buf, now)                       // one datagram; nakack takes its own references
+//	p.Tick(now)                                     // fire due timers (NAKs, STABLE, idle Highest, budgets)
+//	next := p.NextDeadline()                        // when to call Tick next (NoDeadline if none)
+//	n := p.Poll(handler, limit)                     // deliver up to limit messages (and lost-range events)
+//	for _, o := range p.Outbox() { send(o.To, o.Buf); o.Buf.Release() }
+//	p.ClearOutbox()
+//
+// Outgoing datagrams are collected in the outbox as (To, *wire.Buffer): To is
+// the zero Member for multicast or the destination of a unicast. The outbox
+// owns one reference to every buffer in it; that reference passes to the
+// driver, which must Release each buffer once sent (or dropped) and then call
+// ClearOutbox before the next entry point.
+//
+// # Sender side
+//
+// Send assigns the next seqno (from 1) and copies the payload into the open
+// bundle, a pooled buffer of Config.MaxDatagram bytes; the bundle goes to the
+// outbox when it is full or on Flush. Every own message is retained (a
+// reference into the bundle buffer) until stability purges it, and delivered
+// to self through Poll like anyone else's. When the own retention window is
+// full Send returns ErrBackPressure before claiming a seqno. Messages larger
+// than one bundle are split into fragments, each with its own seqno, all
+// claimed in one step.
+//
+// Retransmission requests (XMIT_REQ, ranges) for own messages are answered by
+// multicast repair bundles (wire.FlagRepair) re-bundled as contiguous runs of
+// what is held; a repeat request for seqnos repaired within
+// Config.RepairLinger is ignored; repairs are limited to Config.RepairBudget
+// messages per Config.RepairInterval (the excess is counted and left to the
+// requester's next round); a request at or below what the requester reports as
+// delivered is stale (dropped, counted). For seqnos it no longer holds (at or
+// below its low), and only as the original sender, a member answers
+// MSG_NOT_FOUND carrying its low, highest sent and whole digest. Any member
+// answers requests for a sender that has left the view from what it retains
+// (Data.Origin names that sender) and never with MSG_NOT_FOUND. An idle
+// sender announces its highest seqno (wire Highest) so receivers learn of a
+// lost tail.
+//
+// # Receiver side
+//
+// One window (ring.Window) per sender; a bundle is inserted as one run, each
+// stored message a reference into the received wire.Buffer (retained, released
+// on purge). Duplicates and already delivered seqnos are dropped and counted.
+// Datagrams from senders that have no window yet are held in a small bounded
+// queue until InstallView/SetDigest decides (then inserted or dropped,
+// counted). Missing ranges, including a tail up to a highest seqno learned
+// from Highest or MSG_NOT_FOUND, become XMIT_REQ ranges coalesced into as few
+// datagrams as fit, per sender window, on one timer per window: the first
+// request after Config.NakDelay (reordering settles) plus a random backoff
+// drawn over Config.NakJitter, then exponential backoff from
+// Config.NakInterval up to Config.NakMaxInterval while a gap stays open.
+// Requests are multicast unless Config.UnicastNaks; a member that sees another
+// member's request for the same sender covering its oldest gap backs off as if
+// it had sent its own (suppression); the arrival of the data cancels the
+// request.
+//
+// MSG_NOT_FOUND from the original sender for the current view marks what the
+// sender purged (the seqnos above our delivered, at or below its low, that we
+// do not hold) as lost; Poll delivers in order every held message and reports
+// each lost run once through Handler.Lost; nothing at or below the sender's
+// low is requested again. It is logged once at WARN (Config.Logger) with our
+// window, the sender's digest and our digest history. One from anyone else,
+// for another view, or that would move nothing, is ignored and counted.
+//
+// # Stability
+//
+// Members send STABLE (their delivered digest, view-tagged) to the
+// coordinator (first member of the view) every Config.StableInterval and after
+// Config.StableBytes of data received. The coordinator folds each into a
+// per-round minimum and, once every member of the view reported, multicasts
+// STABILITY; members purge only on STABILITY from their current view's
+// coordinator, and a sender that some member's digest lacks is never purged.
+// While a digest capture (CaptureDigest) is held, the member advertises the
+// captured delivered values instead of its live ones.
+//
+// # Digests and views
+//
+// Digest returns the live digest (Low, Delivered, Received per member with a
+// window). SetDigest (join) creates windows only for unknown senders, starting
+// at the digest's delivered; MergeDigest (merge) raises windows that are
+// behind, never our own, reporting as lost what the holder purged;
+// OverwriteDigest (state transfer, seed 003) keeps the own send seqno and sets
+// every window, own included, to the digest's delivered: re-delivering what is
+// retained above it, skipping what is below. Each is recorded in the digest
+// History with its reason.
+//
+// InstallView gives new members windows (from the join digest or at 0 for a
+// brand-new joiner; never at 0 when a join digest lacks the member); a sender
+// that left keeps its window in a departed state until gms fixes the cut:
+// HighestReceived, CompleteCut (fetch what is missing up to the cut from
+// peers), DeclareLost (report what no survivor holds) and CloseWindow.
+//
+// ForcePurge purges a window regardless of stability: it exists for tests
+// and operators only (it is how seeds 000-002 reach MSG_NOT_FOUND).
+package nakack
