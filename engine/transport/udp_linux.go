@@ -1,0 +1,645 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
+)
+
+// UDP is the UDP multicast backend of Transport on Linux.
+//
+// It has two sockets: the group socket, bound to the group address and port
+// (SO_REUSEADDR/SO_REUSEPORT, so every member on a host can bind it) and
+// joined to the group on the configured interface; and the unicast socket,
+// bound to Config.Unicast, which sends everything (group and unicast
+// datagrams, with IP_MULTICAST_IF, TTL and IP_MULTICAST_LOOP set) and
+// receives unicast. Both sockets sit in an epoll set that Go's poller
+// watches, so one ReadBatch blocks on both without a goroutine per socket.
+//
+// Batches go through recvmmsg/sendmmsg on preallocated mmsghdr, iovec and
+// sockaddr arrays (golang.org/x/sys/unix), not golang.org/x/net's
+// ReadBatch, which allocates a *net.UDPAddr and its IP for every datagram
+// read: steady-state ReadBatch, TryReadBatch and WriteBatch allocate nothing.
+// x/net is used for the group join and the multicast socket options.
+type UDP struct {
+	cfg     Config
+	ifindex int
+	group   netip.AddrPort
+	local   netip.AddrPort
+	info    Info
+	groupSA unix.RawSockaddrInet6 // the group as a sockaddr, copied into each group send
+	saLen   uint32
+
+	gconn *net.UDPConn // nil when SendOnly
+	uconn *net.UDPConn
+	graw  syscall.RawConn // nil when SendOnly
+	uraw  syscall.RawConn
+	ep    *os.File // epoll set of both sockets, registered with Go's poller
+	epraw syscall.RawConn
+
+	closed    atomic.Bool
+	truncated atomic.Uint64
+
+	rd reader
+	wr writer
+}
+
+// reader is the read side's preallocated state; only the reading goroutine
+// touches it.
+type reader struct {
+	hdrs  []unix.Mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrInet6
+
+	// The current call: arguments, slots, how many are filled, last error.
+	bufs  [][]byte
+	sizes []int
+	srcs  []netip.AddrPort
+	max   int
+	n     int
+	err   error
+	calls uint
+
+	boundPoll func(uintptr) bool
+	boundRecv func(uintptr) bool
+}
+
+// writer is the write side's preallocated state; only the writing goroutine
+// touches it.
+type writer struct {
+	hdrs  []unix.Mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrInet6
+
+	off, cnt int
+	err      error
+
+	boundSend func(uintptr) bool
+}
+
+var _ Transport = (*UDP)(nil)
+
+// Open validates cfg, opens and configures the sockets and joins the group.
+// Errors from validation wrap ErrInvalidConfig and name the field.
+func Open(cfg Config) (*UDP, error) {
+	cfg, ifi, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	u := &UDP{cfg: cfg, ifindex: ifi.Index}
+	if err := u.open(ifi); err != nil {
+		u.closeAll()
+		return nil, err
+	}
+	u.rd.boundPoll = u.pollRead
+	u.rd.boundRecv = u.recv
+	u.wr.boundSend = u.send
+	u.rd.hdrs, u.rd.iovs, u.rd.names = newHeaders(cfg.BatchSize)
+	u.wr.hdrs, u.wr.iovs, u.wr.names = newHeaders(cfg.BatchSize)
+	return u, nil
+}
+
+func newHeaders(n int) ([]unix.Mmsghdr, []unix.Iovec, []unix.RawSockaddrInet6) {
+	hdrs := make([]unix.Mmsghdr, n)
+	iovs := make([]unix.Iovec, n)
+	names := make([]unix.RawSockaddrInet6, n)
+	for i := range hdrs {
+		hdrs[i].Hdr.Name = (*byte)(unsafe.Pointer(&names[i]))
+		hdrs[i].Hdr.Iov = &iovs[i]
+		hdrs[i].Hdr.SetIovlen(1)
+	}
+	return hdrs, iovs, names
+}
+
+func (u *UDP) open(ifi *net.Interface) error {
+	cfg := u.cfg
+	v6 := !cfg.Group.Addr().Is4()
+	family := unix.AF_INET
+	if v6 {
+		family = unix.AF_INET6
+	}
+	u.saLen = putSockaddr(&u.groupSA, cfg.Group, uint32(u.ifindex))
+
+	// Unicast socket: sends everything, receives unicast.
+	var usa unix.RawSockaddrInet6
+	ulen := putSockaddr(&usa, cfg.Unicast, scopeFor(cfg.Unicast.Addr(), u.ifindex))
+	var err error
+	u.uconn, err = newUDPSocket(family, &usa, ulen, false)
+	if err != nil {
+		return fmt.Errorf("transport: unicast socket on %v: %w", cfg.Unicast, err)
+	}
+	u.uraw, err = u.uconn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	u.local, err = boundAddr(u.uraw)
+	if err != nil {
+		return err
+	}
+	if v6 {
+		p := ipv6.NewPacketConn(u.uconn)
+		if err := p.SetMulticastInterface(ifi); err != nil {
+			return fmt.Errorf("transport: IPV6_MULTICAST_IF %s: %w", ifi.Name, err)
+		}
+		if err := p.SetMulticastHopLimit(cfg.TTL); err != nil {
+			return fmt.Errorf("transport: IPV6_MULTICAST_HOPS %d: %w", cfg.TTL, err)
+		}
+		if err := p.SetMulticastLoopback(true); err != nil {
+			return fmt.Errorf("transport: IPV6_MULTICAST_LOOP: %w", err)
+		}
+	} else {
+		p := ipv4.NewPacketConn(u.uconn)
+		if err := p.SetMulticastInterface(ifi); err != nil {
+			return fmt.Errorf("transport: IP_MULTICAST_IF %s: %w", ifi.Name, err)
+		}
+		if err := p.SetMulticastTTL(cfg.TTL); err != nil {
+			return fmt.Errorf("transport: IP_MULTICAST_TTL %d: %w", cfg.TTL, err)
+		}
+		if err := p.SetMulticastLoopback(true); err != nil {
+			return fmt.Errorf("transport: IP_MULTICAST_LOOP: %w", err)
+		}
+	}
+	var forced, capped bool
+	u.info.UnicastRecvBuffer, forced, capped, err = setBuffer(u.uraw, unix.SO_RCVBUF, unix.SO_RCVBUFFORCE, cfg.RecvBuffer)
+	if err != nil {
+		return fmt.Errorf("transport: SO_RCVBUF %d on the unicast socket: %w", cfg.RecvBuffer, err)
+	}
+	u.info.BufferForced, u.info.BufferCapped = forced, capped
+	u.info.SendBuffer, forced, capped, err = setBuffer(u.uraw, unix.SO_SNDBUF, unix.SO_SNDBUFFORCE, cfg.SendBuffer)
+	if err != nil {
+		return fmt.Errorf("transport: SO_SNDBUF %d: %w", cfg.SendBuffer, err)
+	}
+	u.info.BufferForced, u.info.BufferCapped = u.info.BufferForced || forced, u.info.BufferCapped || capped
+
+	// Group socket: bound to the group itself, so it receives that group
+	// only, shared by every member on the host.
+	u.group = cfg.Group
+	if !cfg.SendOnly {
+		var gsa unix.RawSockaddrInet6
+		glen := putSockaddr(&gsa, cfg.Group, uint32(u.ifindex))
+		u.gconn, err = newUDPSocket(family, &gsa, glen, true)
+		if err != nil {
+			return fmt.Errorf("transport: group socket on %v: %w", cfg.Group, err)
+		}
+		u.graw, err = u.gconn.SyscallConn()
+		if err != nil {
+			return err
+		}
+		bound, err := boundAddr(u.graw)
+		if err != nil {
+			return err
+		}
+		u.group = netip.AddrPortFrom(cfg.Group.Addr(), bound.Port())
+		gaddr := &net.UDPAddr{IP: cfg.Group.Addr().AsSlice()}
+		if v6 {
+			err = ipv6.NewPacketConn(u.gconn).JoinGroup(ifi, gaddr)
+		} else {
+			err = ipv4.NewPacketConn(u.gconn).JoinGroup(ifi, gaddr)
+		}
+		if err != nil {
+			return fmt.Errorf("transport: join %v on %s: %w", cfg.Group.Addr(), ifi.Name, err)
+		}
+		u.info.GroupRecvBuffer, forced, capped, err = setBuffer(u.graw, unix.SO_RCVBUF, unix.SO_RCVBUFFORCE, cfg.RecvBuffer)
+		if err != nil {
+			return fmt.Errorf("transport: SO_RCVBUF %d on the group socket: %w", cfg.RecvBuffer, err)
+		}
+		u.info.BufferForced, u.info.BufferCapped = u.info.BufferForced || forced, u.info.BufferCapped || capped
+		u.saLen = putSockaddr(&u.groupSA, u.group, uint32(u.ifindex))
+	} else if u.group.Port() == 0 {
+		return fmt.Errorf("%w: Group %v: a SendOnly transport needs the group's port", ErrInvalidConfig, cfg.Group)
+	}
+
+	// The epoll set both sockets are in; Go's poller watches the set.
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return os.NewSyscallError("epoll_create1", err)
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return os.NewSyscallError("fcntl", err)
+	}
+	u.ep = os.NewFile(uintptr(epfd), "transport-epoll")
+	for _, raw := range []syscall.RawConn{u.uraw, u.graw} {
+		if raw == nil {
+			continue
+		}
+		var cerr error
+		if err := raw.Control(func(fd uintptr) {
+			ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+			cerr = unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+		}); err != nil {
+			return err
+		}
+		if cerr != nil {
+			return os.NewSyscallError("epoll_ctl", cerr)
+		}
+	}
+	if err := u.ep.SetReadDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("transport: epoll set is not pollable by the Go runtime: %w", err)
+	}
+	u.epraw, err = u.ep.SyscallConn()
+	if err != nil {
+		return err
+	}
+
+	u.info.Interface = ifi.Name
+	u.info.IfIndex = ifi.Index
+	u.info.Group = u.group
+	u.info.Local = u.local
+	u.info.BatchSize = cfg.BatchSize
+	return nil
+}
+
+// newUDPSocket makes a non-blocking UDP socket bound to sa and hands it to
+// the net package (which registers it with Go's poller).
+func newUDPSocket(family int, sa *unix.RawSockaddrInet6, salen uint32, group bool) (*net.UDPConn, error) {
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+	if err != nil {
+		return nil, os.NewSyscallError("socket", err)
+	}
+	fail := func(call string, err error) (*net.UDPConn, error) {
+		unix.Close(fd)
+		return nil, os.NewSyscallError(call, err)
+	}
+	if family == unix.AF_INET6 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 1); err != nil {
+			return fail("setsockopt IPV6_V6ONLY", err)
+		}
+	}
+	if group {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+			return fail("setsockopt SO_REUSEADDR", err)
+		}
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+			return fail("setsockopt SO_REUSEPORT", err)
+		}
+		// Receive only the groups this socket joined (Linux otherwise
+		// delivers every group joined by any socket on a matching port).
+		if family == unix.AF_INET {
+			_ = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_MULTICAST_ALL, 0)
+		} else {
+			_ = unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_ALL, 0) // Linux 4.20+
+		}
+	}
+	if _, _, e := unix.Syscall(unix.SYS_BIND, uintptr(fd), uintptr(unsafe.Pointer(sa)), uintptr(salen)); e != 0 {
+		return fail("bind", e)
+	}
+	f := os.NewFile(uintptr(fd), "udp")
+	c, err := net.FilePacketConn(f) // dups fd
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	uc, ok := c.(*net.UDPConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("transport: socket is a %T, not a UDP socket", c)
+	}
+	return uc, nil
+}
+
+func boundAddr(raw syscall.RawConn) (netip.AddrPort, error) {
+	var ap netip.AddrPort
+	var serr error
+	err := raw.Control(func(fd uintptr) {
+		var sa unix.RawSockaddrInet6
+		l := uint32(unsafe.Sizeof(sa))
+		if _, _, e := unix.Syscall(unix.SYS_GETSOCKNAME, fd, uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&l))); e != 0 {
+			serr = os.NewSyscallError("getsockname", e)
+			return
+		}
+		ap = sockaddrAddrPort(&sa, "", 0)
+	})
+	if err != nil {
+		return ap, err
+	}
+	return ap, serr
+}
+
+// setBuffer sets a socket buffer to want, retrying with the FORCE option
+// (CAP_NET_ADMIN) when the kernel's maximum caps it, and reads the result
+// back.
+func setBuffer(raw syscall.RawConn, opt, forceOpt, want int) (got int, forced, capped bool, err error) {
+	cerr := raw.Control(func(fd uintptr) {
+		s := int(fd)
+		if err = unix.SetsockoptInt(s, unix.SOL_SOCKET, opt, want); err != nil {
+			return
+		}
+		if got, err = unix.GetsockoptInt(s, unix.SOL_SOCKET, opt); err != nil {
+			return
+		}
+		// Linux keeps (and reports) twice the size set, the extra being its
+		// allowance for bookkeeping; less than that means it was capped.
+		if got < 2*want {
+			if unix.SetsockoptInt(s, unix.SOL_SOCKET, forceOpt, want) == nil {
+				forced = true
+			}
+			if got, err = unix.GetsockoptInt(s, unix.SOL_SOCKET, opt); err != nil {
+				return
+			}
+		}
+		capped = got < 2*want
+	})
+	if cerr != nil {
+		err = cerr
+	}
+	return got, forced, capped, err
+}
+
+// scopeFor is the sin6_scope_id to use for a: the interface for addresses
+// that need one, 0 otherwise.
+func scopeFor(a netip.Addr, ifindex int) uint32 {
+	if a.Is6() && (a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast()) {
+		return uint32(ifindex)
+	}
+	return 0
+}
+
+// putSockaddr writes ap into sa as a sockaddr_in (IPv4) or sockaddr_in6 and
+// returns its length. It does not allocate.
+func putSockaddr(sa *unix.RawSockaddrInet6, ap netip.AddrPort, scope uint32) uint32 {
+	port := ap.Port()
+	if ap.Addr().Is4() {
+		s4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		s4.Family = unix.AF_INET
+		p := (*[2]byte)(unsafe.Pointer(&s4.Port))
+		p[0], p[1] = byte(port>>8), byte(port)
+		s4.Addr = ap.Addr().As4()
+		s4.Zero = [8]byte{}
+		return unix.SizeofSockaddrInet4
+	}
+	sa.Family = unix.AF_INET6
+	p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+	p[0], p[1] = byte(port>>8), byte(port)
+	sa.Flowinfo = 0
+	sa.Addr = ap.Addr().As16()
+	sa.Scope_id = scope
+	return unix.SizeofSockaddrInet6
+}
+
+// sockaddrAddrPort decodes a sockaddr written by the kernel. A link-local
+// IPv6 source on interface ifindex gets zone ifname. It does not allocate.
+func sockaddrAddrPort(sa *unix.RawSockaddrInet6, ifname string, ifindex int) netip.AddrPort {
+	switch sa.Family {
+	case unix.AF_INET:
+		s4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		p := (*[2]byte)(unsafe.Pointer(&s4.Port))
+		return netip.AddrPortFrom(netip.AddrFrom4(s4.Addr), uint16(p[0])<<8|uint16(p[1]))
+	case unix.AF_INET6:
+		p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+		a := netip.AddrFrom16(sa.Addr)
+		if sa.Scope_id != 0 && int(sa.Scope_id) == ifindex && ifname != "" {
+			a = a.WithZone(ifname)
+		}
+		return netip.AddrPortFrom(a, uint16(p[0])<<8|uint16(p[1]))
+	}
+	return netip.AddrPort{}
+}
+
+// ReadBatch implements Transport.
+func (u *UDP) ReadBatch(bufs [][]byte, sizes []int, srcs []netip.AddrPort) (int, error) {
+	if u.closed.Load() {
+		return 0, ErrClosed
+	}
+	if !u.startRead(bufs, sizes, srcs) {
+		return 0, nil
+	}
+	err := u.epraw.Read(u.rd.boundPoll)
+	return u.endRead(err)
+}
+
+// TryReadBatch implements Transport.
+func (u *UDP) TryReadBatch(bufs [][]byte, sizes []int, srcs []netip.AddrPort) (int, error) {
+	if u.closed.Load() {
+		return 0, ErrClosed
+	}
+	if !u.startRead(bufs, sizes, srcs) {
+		return 0, nil
+	}
+	u.readBoth()
+	return u.endRead(nil)
+}
+
+// startRead records the call's arguments and points the headers at the
+// buffers. It reports false when there is no slot to fill.
+func (u *UDP) startRead(bufs [][]byte, sizes []int, srcs []netip.AddrPort) bool {
+	r := &u.rd
+	r.max = min(len(bufs), len(sizes), len(r.hdrs))
+	if r.max == 0 {
+		return false
+	}
+	r.bufs, r.sizes, r.srcs = bufs, sizes, srcs
+	r.n, r.err = 0, nil
+	for i := 0; i < r.max; i++ {
+		b := bufs[i]
+		if len(b) > 0 {
+			r.iovs[i].Base = &b[0]
+		} else {
+			r.iovs[i].Base = nil
+		}
+		r.iovs[i].SetLen(len(b))
+		r.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
+		r.hdrs[i].Hdr.Flags = 0
+		r.hdrs[i].Len = 0
+	}
+	return true
+}
+
+func (u *UDP) endRead(err error) (int, error) {
+	r := &u.rd
+	n := r.n
+	if err == nil {
+		err = r.err
+	}
+	r.bufs, r.sizes, r.srcs, r.err = nil, nil, nil, nil
+	if n > 0 {
+		return n, nil // an error after some datagrams shows again on the next call
+	}
+	if err != nil && u.closed.Load() {
+		return 0, ErrClosed
+	}
+	return 0, err
+}
+
+// pollRead runs under the epoll set's RawConn.Read: true ends the wait.
+func (u *UDP) pollRead(uintptr) bool {
+	u.readBoth()
+	return u.rd.n > 0 || u.rd.err != nil
+}
+
+// readBoth reads, without blocking, from the group socket and then, with
+// the slots left, from the unicast socket. Every fourth call reads unicast
+// first so that a saturated group cannot starve it.
+func (u *UDP) readBoth() {
+	r := &u.rd
+	first, second := u.graw, u.uraw
+	r.calls++
+	if first == nil || r.calls%4 == 0 {
+		first, second = second, first
+	}
+	for _, raw := range [2]syscall.RawConn{first, second} {
+		if raw == nil || r.n == r.max {
+			continue
+		}
+		if err := raw.Read(r.boundRecv); err != nil {
+			r.err = err
+		}
+		if r.err != nil {
+			return
+		}
+	}
+}
+
+// recv is one non-blocking recvmmsg into the free slots; it always ends the
+// RawConn.Read (a socket being empty is not a reason to wait on it).
+func (u *UDP) recv(fd uintptr) bool {
+	r := &u.rd
+	off := r.n
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[off])), uintptr(r.max-off), unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return true
+		default:
+			r.err = os.NewSyscallError("recvmmsg", e)
+			return true
+		}
+		for i := off; i < off+int(n); i++ {
+			h := &r.hdrs[i]
+			r.sizes[i] = int(h.Len)
+			if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+				u.truncated.Add(1)
+			}
+			if i < len(r.srcs) {
+				r.srcs[i] = sockaddrAddrPort(&r.names[i], u.cfg.Interface, u.ifindex)
+			}
+		}
+		r.n += int(n)
+		return true
+	}
+}
+
+// WriteBatch implements Transport.
+func (u *UDP) WriteBatch(bufs [][]byte, dsts []netip.AddrPort) (int, error) {
+	if u.closed.Load() {
+		return 0, ErrClosed
+	}
+	for i := range min(len(bufs), len(dsts)) {
+		if d := dsts[i]; d.IsValid() && !allowedDst(d, u.group, u.cfg.AllowNonLoopback) {
+			return 0, ErrDestination
+		}
+	}
+	w := &u.wr
+	sent := 0
+	for sent < len(bufs) {
+		cnt := min(len(bufs)-sent, len(w.hdrs))
+		for i := 0; i < cnt; i++ {
+			b := bufs[sent+i]
+			if len(b) > 0 {
+				w.iovs[i].Base = &b[0]
+			} else {
+				w.iovs[i].Base = nil
+			}
+			w.iovs[i].SetLen(len(b))
+			h := &w.hdrs[i].Hdr
+			if j := sent + i; j < len(dsts) && dsts[j].IsValid() && dsts[j] != u.group {
+				h.Namelen = putSockaddr(&w.names[i], dsts[j], scopeFor(dsts[j].Addr(), u.ifindex))
+			} else {
+				w.names[i] = u.groupSA
+				h.Namelen = u.saLen
+			}
+		}
+		w.off, w.cnt, w.err = 0, cnt, nil
+		err := u.uraw.Write(w.boundSend)
+		sent += w.off
+		if err == nil {
+			err = w.err
+		}
+		if err != nil {
+			if u.closed.Load() {
+				err = ErrClosed
+			}
+			return sent, err
+		}
+	}
+	return sent, nil
+}
+
+// send runs sendmmsg until the batch is out, a datagram fails, or the
+// socket buffer is full (false: wait until writable).
+func (u *UDP) send(fd uintptr) bool {
+	w := &u.wr
+	for w.off < w.cnt {
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.off])), uintptr(w.cnt-w.off), unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+			w.off += int(n)
+		case unix.EINTR:
+		case unix.EAGAIN:
+			return false
+		default:
+			w.err = os.NewSyscallError("sendmmsg", e)
+			return true
+		}
+	}
+	return true
+}
+
+// SetReadDeadline implements Transport.
+func (u *UDP) SetReadDeadline(t time.Time) error {
+	if u.closed.Load() {
+		return ErrClosed
+	}
+	return u.ep.SetReadDeadline(t)
+}
+
+// LocalAddr implements Transport.
+func (u *UDP) LocalAddr() netip.AddrPort { return u.local }
+
+// Group implements Transport.
+func (u *UDP) Group() netip.AddrPort { return u.group }
+
+// BatchSize implements Transport.
+func (u *UDP) BatchSize() int { return u.cfg.BatchSize }
+
+// Info describes the open sockets, with the buffer sizes read back.
+func (u *UDP) Info() Info { return u.info }
+
+// Stats returns the transport's counters; safe from any goroutine.
+func (u *UDP) Stats() Stats { return Stats{Truncated: u.truncated.Load()} }
+
+// Close implements Transport. The epoll set is closed first, which wakes a
+// blocked ReadBatch; the sockets after it.
+func (u *UDP) Close() error {
+	if !u.closed.CompareAndSwap(false, true) {
+		return ErrClosed
+	}
+	return u.closeAll()
+}
+
+func (u *UDP) closeAll() error {
+	var errs []error
+	if u.ep != nil {
+		errs = append(errs, u.ep.Close())
+	}
+	if u.gconn != nil {
+		errs = append(errs, u.gconn.Close())
+	}
+	if u.uconn != nil {
+		errs = append(errs, u.uconn.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,488 @@
+package transport_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nakcast/nakcast/engine/transport"
+	"github.com/stretchr/testify/require"
+)
+
+// Each test uses its own group in 239.77.0.0/16 so that packages and tests
+// running at the same time on this host never see each other's datagrams.
+func group(last byte) netip.AddrPort {
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{239, 77, 1, last}), 0)
+}
+
+func open(t *testing.T, cfg transport.Config) *transport.UDP {
+	t.Helper()
+	u, err := transport.Open(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = u.Close() })
+	return u
+}
+
+// member opens a transport on the port of first (or an ephemeral one).
+func member(t *testing.T, g netip.AddrPort, first *transport.UDP) *transport.UDP {
+	t.Helper()
+	if first != nil {
+		g = first.Group()
+	}
+	return open(t, transport.Config{Group: g, BatchSize: 16})
+}
+
+type batch struct {
+	bufs  [][]byte
+	sizes []int
+	srcs  []netip.AddrPort
+}
+
+func newBatch(n, size int) *batch {
+	b := &batch{bufs: make([][]byte, n), sizes: make([]int, n), srcs: make([]netip.AddrPort, n)}
+	for i := range b.bufs {
+		b.bufs[i] = make([]byte, size)
+	}
+	return b
+}
+
+// readN reads exactly n datagrams (blocking, with a deadline as a guard
+// against a hung test) and returns copies of their payloads and sources.
+func readN(t *testing.T, u transport.Transport, n int) ([][]byte, []netip.AddrPort) {
+	t.Helper()
+	require.NoError(t, u.SetReadDeadline(time.Now().Add(10*time.Second)))
+	defer func() { _ = u.SetReadDeadline(time.Time{}) }()
+	b := newBatch(u.BatchSize(), 2048)
+	var got [][]byte
+	var srcs []netip.AddrPort
+	for len(got) < n {
+		k, err := u.ReadBatch(b.bufs, b.sizes, b.srcs)
+		require.NoError(t, err)
+		require.Positive(t, k)
+		for i := range k {
+			got = append(got, append([]byte(nil), b.bufs[i][:b.sizes[i]]...))
+			srcs = append(srcs, b.srcs[i])
+		}
+	}
+	require.Len(t, got, n)
+	return got, srcs
+}
+
+func numbered(from, n, size int) [][]byte {
+	bufs := make([][]byte, n)
+	for i := range bufs {
+		bufs[i] = make([]byte, size)
+		binary.LittleEndian.PutUint64(bufs[i], uint64(from+i))
+	}
+	return bufs
+}
+
+func TestConfigErrors(t *testing.T) {
+	good := group(1)
+	tests := []struct {
+		name  string
+		cfg   transport.Config
+		field string
+	}{
+		{"unset group", transport.Config{}, "Group"},
+		{"unicast address as group", transport.Config{Group: netip.MustParseAddrPort("127.0.0.1:5000")}, "Group"},
+		{"group outside 239/8", transport.Config{Group: netip.MustParseAddrPort("224.0.0.251:5353")}, "Group"},
+		{"global IPv6 group", transport.Config{Group: netip.MustParseAddrPort("[ff0e::1]:5000")}, "Group"},
+		{"site-local IPv6 group", transport.Config{Group: netip.MustParseAddrPort("[ff05::1]:5000")}, "Group"},
+		{"prefix-based IPv6 group", transport.Config{Group: netip.MustParseAddrPort("[ff32::1]:5000")}, "Group"},
+		{"IPv4-mapped group", transport.Config{Group: netip.MustParseAddrPort("[::ffff:239.1.1.1]:5000")}, "Group"},
+		{"missing interface", transport.Config{Group: good, Interface: "nakcast-none0"}, "Interface"},
+		{"non-loopback unicast", transport.Config{Group: good, Unicast: netip.MustParseAddrPort("10.1.2.3:0")}, "Unicast"},
+		{"unicast of other family", transport.Config{Group: good, Unicast: netip.MustParseAddrPort("[::1]:0")}, "Unicast"},
+		{"multicast unicast", transport.Config{Group: good, Unicast: netip.MustParseAddrPort("239.1.1.1:0")}, "Unicast"},
+		{"negative TTL", transport.Config{Group: good, TTL: -1}, "TTL"},
+		{"TTL above 1 on loopback", transport.Config{Group: good, TTL: 2}, "TTL"},
+		{"TTL above 255", transport.Config{Group: good, TTL: 256, AllowNonLoopback: true}, "TTL"},
+		{"negative RecvBuffer", transport.Config{Group: good, RecvBuffer: -1}, "RecvBuffer"},
+		{"huge SendBuffer", transport.Config{Group: good, SendBuffer: 2 << 30}, "SendBuffer"},
+		{"BatchSize above UIO_MAXIOV", transport.Config{Group: good, BatchSize: 1025}, "BatchSize"},
+		{"negative BatchSize", transport.Config{Group: good, BatchSize: -1}, "BatchSize"},
+		{"SendOnly without port", transport.Config{Group: good, SendOnly: true}, "Group"},
+	}
+	if name := nonLoopbackInterface(); name != "" {
+		tests = append(tests, struct {
+			name  string
+			cfg   transport.Config
+			field string
+		}{"non-loopback interface", transport.Config{Group: good, Interface: name}, "Interface"})
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			u, err := transport.Open(tt.cfg)
+			require.ErrorIs(t, err, transport.ErrInvalidConfig)
+			require.Nil(t, u)
+			require.Contains(t, err.Error(), tt.field)
+		})
+	}
+	t.Run("valid", func(t *testing.T) {
+		require.NoError(t, transport.Config{Group: good}.Validate())
+		require.NoError(t, transport.Config{Group: netip.MustParseAddrPort("[ff12::1]:5000")}.Validate())
+		require.NoError(t, transport.Config{Group: good, TTL: 1}.Validate())
+	})
+}
+
+func nonLoopbackInterface() string {
+	ifs, _ := net.Interfaces()
+	for _, ifi := range ifs {
+		if ifi.Flags&net.FlagLoopback == 0 && ifi.Flags&net.FlagUp != 0 {
+			return ifi.Name
+		}
+	}
+	return ""
+}
+
+func TestOpenInfo(t *testing.T) {
+	u := member(t, group(2), nil)
+	info := u.Info()
+	require.Equal(t, "lo", info.Interface)
+	require.NotZero(t, u.Group().Port())
+	require.Equal(t, u.Group(), info.Group)
+	require.True(t, u.LocalAddr().Addr().IsLoopback())
+	require.NotZero(t, u.LocalAddr().Port())
+	require.Equal(t, 16, u.BatchSize())
+	// Linux reports twice the size set; as root SO_RCVBUFFORCE gets past
+	// net.core.rmem_max.
+	require.Positive(t, info.GroupRecvBuffer)
+	require.Positive(t, info.SendBuffer)
+	if os.Geteuid() == 0 {
+		require.False(t, info.BufferCapped, "%+v", info)
+		require.Equal(t, 2*transport.DefaultBufferSize, info.GroupRecvBuffer)
+		require.Equal(t, 2*transport.DefaultBufferSize, info.UnicastRecvBuffer)
+		require.Equal(t, 2*transport.DefaultBufferSize, info.SendBuffer)
+	}
+	t.Logf("info: %+v", info)
+}
+
+func TestBufferAboveKernelMaximum(t *testing.T) {
+	max, err := os.ReadFile("/proc/sys/net/core/rmem_max")
+	if err != nil {
+		t.Skipf("no net.core.rmem_max: %v", err)
+	}
+	var rmemMax int
+	_, err = fmt.Sscan(string(max), &rmemMax)
+	require.NoError(t, err)
+	want := 2 * rmemMax
+	u := open(t, transport.Config{Group: group(17), RecvBuffer: want})
+	info := u.Info()
+	t.Logf("asked %d with rmem_max %d: %+v", want, rmemMax, info)
+	if os.Geteuid() != 0 {
+		require.True(t, info.BufferCapped)
+		require.Equal(t, 2*rmemMax, info.GroupRecvBuffer)
+		return
+	}
+	require.True(t, info.BufferForced, "SO_RCVBUFFORCE as root")
+	require.False(t, info.BufferCapped)
+	require.Equal(t, 2*want, info.GroupRecvBuffer)
+}
+
+func TestMulticastTwoReceivers(t *testing.T) {
+	r1 := member(t, group(3), nil)
+	r2 := member(t, group(3), r1)
+	snd := open(t, transport.Config{Group: r1.Group(), SendOnly: true, BatchSize: 16})
+
+	const n = 200 // more than one batch, fewer than the socket buffers hold
+	bufs := numbered(0, n, 300)
+	sent, err := snd.WriteBatch(bufs, nil)
+	require.NoError(t, err)
+	require.Equal(t, n, sent)
+
+	for i, r := range []*transport.UDP{r1, r2} {
+		got, srcs := readN(t, r, n)
+		for k := range got {
+			require.Equal(t, bufs[k], got[k], "receiver %d datagram %d", i, k)
+			require.Equal(t, snd.LocalAddr(), srcs[k])
+		}
+		k, err := r.TryReadBatch(make([][]byte, 1), make([]int, 1), nil)
+		require.NoError(t, err)
+		require.Zero(t, k, "receiver %d: nothing beyond what was sent", i)
+	}
+}
+
+func TestSenderReceivesOwnGroupTraffic(t *testing.T) {
+	// A member that is not SendOnly gets its own multicasts (loop on), with
+	// its own unicast address as the source, so it can tell them apart.
+	u := member(t, group(4), nil)
+	n, err := u.WriteBatch([][]byte{[]byte("self")}, []netip.AddrPort{{}})
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	got, srcs := readN(t, u, 1)
+	require.Equal(t, "self", string(got[0]))
+	require.Equal(t, u.LocalAddr(), srcs[0])
+}
+
+func TestOtherGroupOnSamePortNotReceived(t *testing.T) {
+	a := member(t, group(5), nil)
+	b := open(t, transport.Config{Group: netip.AddrPortFrom(group(6).Addr(), a.Group().Port())})
+	_, err := a.WriteBatch([][]byte{[]byte("to a")}, nil)
+	require.NoError(t, err)
+	readN(t, a, 1)
+	k, err := b.TryReadBatch(make([][]byte, 1), make([]int, 1), nil)
+	require.NoError(t, err)
+	require.Zero(t, k)
+}
+
+func TestUnicast(t *testing.T) {
+	a := member(t, group(7), nil)
+	b := member(t, group(7), a)
+	n, err := a.WriteBatch(numbered(0, 3, 64), []netip.AddrPort{b.LocalAddr(), b.LocalAddr(), b.LocalAddr()})
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	got, srcs := readN(t, b, 3)
+	for i := range got {
+		require.Equal(t, uint64(i), binary.LittleEndian.Uint64(got[i]))
+		require.Equal(t, a.LocalAddr(), srcs[i])
+	}
+	// Reply to the source; a did not get its own unicast.
+	_, err = b.WriteBatch([][]byte{[]byte("pong")}, srcs[:1])
+	require.NoError(t, err)
+	got, _ = readN(t, a, 1)
+	require.Equal(t, "pong", string(got[0]))
+}
+
+func TestMixedDestinationsInOneBatch(t *testing.T) {
+	a := member(t, group(8), nil)
+	b := member(t, group(8), a)
+	bufs := [][]byte{[]byte("group"), []byte("unicast"), []byte("group-again")}
+	_, err := a.WriteBatch(bufs, []netip.AddrPort{{}, b.LocalAddr(), a.Group()})
+	require.NoError(t, err)
+	got, _ := readN(t, b, 3)
+	var s []string
+	for _, g := range got {
+		s = append(s, string(g))
+	}
+	require.ElementsMatch(t, []string{"group", "unicast", "group-again"}, s)
+}
+
+func TestWriteBatchRefusesUnsafeDestinations(t *testing.T) {
+	u := member(t, group(9), nil)
+	tests := []struct {
+		name string
+		dst  netip.AddrPort
+	}{
+		{"other group", netip.AddrPortFrom(group(10).Addr(), u.Group().Port())},
+		{"group on other port", netip.AddrPortFrom(u.Group().Addr(), u.Group().Port()+1)},
+		{"non-loopback unicast", netip.MustParseAddrPort("192.0.2.1:9")},
+		{"other family", netip.MustParseAddrPort("[::1]:9")},
+		{"port zero", netip.MustParseAddrPort("127.0.0.1:0")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n, err := u.WriteBatch([][]byte{[]byte("ok"), []byte("bad")}, []netip.AddrPort{{}, tt.dst})
+			require.ErrorIs(t, err, transport.ErrDestination)
+			require.Zero(t, n)
+		})
+	}
+	k, err := u.TryReadBatch(make([][]byte, 1), make([]int, 1), nil)
+	require.NoError(t, err)
+	require.Zero(t, k, "a refused batch sends nothing")
+}
+
+func TestReadDeadline(t *testing.T) {
+	u := member(t, group(11), nil)
+	require.NoError(t, u.SetReadDeadline(time.Now().Add(20*time.Millisecond)))
+	b := newBatch(4, 64)
+	n, err := u.ReadBatch(b.bufs, b.sizes, b.srcs)
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+	require.Zero(t, n)
+}
+
+func TestCloseUnblocksReadBatch(t *testing.T) {
+	u, err := transport.Open(transport.Config{Group: group(12)})
+	require.NoError(t, err)
+	started := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		b := newBatch(4, 64)
+		close(started)
+		_, err := u.ReadBatch(b.bufs, b.sizes, b.srcs)
+		done <- err
+	}()
+	<-started
+	require.NoError(t, u.Close())
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, transport.ErrClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("ReadBatch still blocked after Close")
+	}
+	_, err = u.WriteBatch([][]byte{{1}}, nil)
+	require.ErrorIs(t, err, transport.ErrClosed)
+	_, err = u.TryReadBatch(make([][]byte, 1), make([]int, 1), nil)
+	require.ErrorIs(t, err, net.ErrClosed)
+	require.ErrorIs(t, u.Close(), transport.ErrClosed)
+}
+
+// TestBlockingReadWakesOnBothSockets ping-pongs, alternating group and
+// unicast, with blocking reads on both sides: every datagram must wake the
+// reader whichever socket it arrives on.
+func TestBlockingReadWakesOnBothSockets(t *testing.T) {
+	a := member(t, group(13), nil)
+	b := member(t, group(13), a)
+	rounds := 500
+	if raceEnabled {
+		rounds = 100
+	}
+	errc := make(chan error, 1)
+	go func() {
+		bb := newBatch(4, 64)
+		for i := 0; i < rounds; i++ {
+			n, err := b.ReadBatch(bb.bufs, bb.sizes, bb.srcs)
+			if err != nil {
+				errc <- err
+				return
+			}
+			if n != 1 || bb.srcs[0] != a.LocalAddr() {
+				errc <- fmt.Errorf("round %d: got %d datagrams from %v", i, n, bb.srcs[0])
+				return
+			}
+			if _, err := b.WriteBatch(bb.bufs[:1], bb.srcs[:1]); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	ab := newBatch(4, 64)
+	for i := 0; i < rounds; i++ {
+		dst := netip.AddrPort{} // group: a gets its own copy too
+		if i%2 == 1 {
+			dst = b.LocalAddr()
+		}
+		msg := binary.LittleEndian.AppendUint64(nil, uint64(i))
+		_, err := a.WriteBatch([][]byte{msg}, []netip.AddrPort{dst})
+		require.NoError(t, err)
+		// Wait for b's unicast answer; skip a's own group copy.
+		require.NoError(t, a.SetReadDeadline(time.Now().Add(10*time.Second)))
+		for got := false; !got; {
+			n, err := a.ReadBatch(ab.bufs, ab.sizes, ab.srcs)
+			require.NoError(t, err, "round %d", i)
+			for k := range n {
+				if ab.srcs[k] == b.LocalAddr() {
+					require.Equal(t, uint64(i), binary.LittleEndian.Uint64(ab.bufs[k]))
+					got = true
+				}
+			}
+		}
+	}
+	require.NoError(t, <-errc)
+}
+
+func TestTruncatedDatagramCounted(t *testing.T) {
+	u := member(t, group(14), nil)
+	_, err := u.WriteBatch([][]byte{make([]byte, 100)}, nil)
+	require.NoError(t, err)
+	require.NoError(t, u.SetReadDeadline(time.Now().Add(10*time.Second)))
+	sizes := make([]int, 1)
+	n, err := u.ReadBatch([][]byte{make([]byte, 10)}, sizes, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+	require.Equal(t, 10, sizes[0])
+	require.Equal(t, uint64(1), u.Stats().Truncated)
+}
+
+func TestMaxDatagram(t *testing.T) {
+	a := member(t, group(15), nil)
+	b := open(t, transport.Config{Group: a.Group(), BatchSize: 2})
+	big := make([]byte, transport.MaxUDPPayloadIPv4)
+	for i := range big {
+		big[i] = byte(i)
+	}
+	n, err := a.WriteBatch([][]byte{big, big}, []netip.AddrPort{b.LocalAddr(), {}})
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+	bufs := [][]byte{make([]byte, 1<<16), make([]byte, 1<<16)}
+	sizes := make([]int, 2)
+	require.NoError(t, b.SetReadDeadline(time.Now().Add(10*time.Second)))
+	for got := 0; got < 2; {
+		k, err := b.ReadBatch(bufs[got:], sizes[got:], nil)
+		require.NoError(t, err)
+		got += k
+	}
+	for i := range 2 {
+		require.Equal(t, big, bufs[i][:sizes[i]])
+	}
+	// One byte more does not fit an IPv4 UDP datagram.
+	n, err = a.WriteBatch([][]byte{make([]byte, transport.MaxUDPPayloadIPv4+1)}, nil)
+	require.Error(t, err)
+	require.Zero(t, n)
+}
+
+func TestIPv6OnLoopback(t *testing.T) {
+	g := netip.MustParseAddrPort("[ff12::7a:1]:0")
+	a, err := transport.Open(transport.Config{Group: g})
+	if err != nil {
+		t.Skipf("IPv6 group socket on lo not available here: %v", err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	b := member(t, g, a)
+	require.Equal(t, netip.IPv6Loopback(), a.LocalAddr().Addr())
+
+	// Unicast over ::1 works wherever IPv6 does.
+	_, err = a.WriteBatch([][]byte{[]byte("v6 unicast")}, []netip.AddrPort{b.LocalAddr()})
+	require.NoError(t, err)
+	got, srcs := readN(t, b, 1)
+	require.Equal(t, "v6 unicast", string(got[0]))
+	require.Equal(t, a.LocalAddr(), srcs[0])
+
+	// Group traffic needs a multicast route on lo (lo without the
+	// MULTICAST flag has none: "network is unreachable").
+	_, err = a.WriteBatch([][]byte{[]byte("v6 group")}, nil)
+	if errors.Is(err, syscall.ENETUNREACH) {
+		t.Skipf("IPv6 multicast on lo not available here (no IPv6 multicast route on lo; `ip -6 route add multicast ff00::/8 dev lo table local` adds one): %v", err)
+	}
+	require.NoError(t, err)
+	got, srcs = readN(t, b, 1)
+	require.Equal(t, "v6 group", string(got[0]))
+	require.Equal(t, a.LocalAddr(), srcs[0])
+}
+
+func TestZeroAllocsSteadyState(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	a := member(t, group(16), nil)
+	b := member(t, group(16), a)
+	const k = 8
+	out := numbered(0, k, 512)
+	dsts := make([]netip.AddrPort, k)
+	for i := range dsts {
+		if i%2 == 1 {
+			dsts[i] = b.LocalAddr()
+		}
+	}
+	in := newBatch(k, 2048)
+	roundTrip := func() {
+		if n, err := a.WriteBatch(out, dsts); err != nil || n != k {
+			t.Fatalf("WriteBatch: %d, %v", n, err)
+		}
+		for got := 0; got < k; {
+			n, err := b.ReadBatch(in.bufs[got:], in.sizes[got:], in.srcs[got:])
+			if err != nil {
+				t.Fatalf("ReadBatch: %v", err)
+			}
+			got += n
+		}
+		// a's own group copies, read without blocking.
+		for got := 0; got < k/2; {
+			n, err := a.TryReadBatch(in.bufs, in.sizes, in.srcs)
+			if err != nil {
+				t.Fatalf("TryReadBatch: %v", err)
+			}
+			got += n
+		}
+	}
+	roundTrip() // warm up
+	allocs := testing.AllocsPerRun(200, roundTrip)
+	require.Zero(t, allocs, "allocations per WriteBatch+ReadBatch+TryReadBatch round")
+}
