@@ -1,0 +1,444 @@
+package engine
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/engine/transport"
+	"github.com/nakcast/nakcast/nakack"
+	"github.com/nakcast/nakcast/wire"
+)
+
+// agent is the one goroutine that owns the protocol (Aeron's shared mode:
+// sender and receiver duties on one goroutine). One iteration:
+//
+//  1. read a batch of datagrams without blocking (recvmmsg) into pooled
+//     buffers, outside the lock;
+//  2. under the lock: Receive each datagram; hand the publication ring's
+//     committed messages to Send, and Flush the open bundle when the ring
+//     is empty (idle: a lone message is never held back); Tick when the
+//     protocol's deadline has passed; in push mode deliver a batch to the
+//     Handler; move the outbox into the agent's write batch;
+//  3. outside the lock: write the batch (sendmmsg) and release the buffers.
+//
+// When an iteration did nothing it idles by the configured strategy; with
+// IdleBlock it blocks in recvmmsg with a read deadline at the protocol's
+// next timer, and producers wake it through the send queue's parked flag.
+type agent struct {
+	m *Member
+
+	// receive side
+	rbufs  []*wire.Buffer
+	rbytes [][]byte
+	sizes  []int
+	srcs   []netip.AddrPort
+	nread  int
+	loss   *rand.Rand
+	addrs  map[digest.Member]netip.AddrPort
+	group  uint32
+	small  int // datagrams up to this size are copied into a smaller buffer
+
+	// send side
+	pend      []pubSlot // polled from the ring, not yet accepted by Send
+	pendFirst uint64
+	pendI     int
+	pendN     int
+	unflushed bool
+	closeSeen bool // an iteration has observed Close
+	bundleAt  time.Duration // when the open bundle got its first message
+	tokens    float64       // rate limit bucket, bytes
+	tokensAt  time.Duration
+
+	// write side
+	wq    []*wire.Buffer
+	wb    [][]byte
+	wdsts []netip.AddrPort
+
+	pushH deliverer // push mode: wraps Config.Handler
+	pullH deliverer // pull mode: wraps Poll's handler
+	drop  deliverer // closing in pull mode: discards
+}
+
+// deliverer adapts the user's Handler to nakack.Handler, queueing lost
+// ranges as events. A field of the agent, so passing it as an interface
+// does not allocate.
+type deliverer struct {
+	m *Member
+	h Handler
+}
+
+func (d *deliverer) Deliver(sender digest.Member, seq uint64, payload []byte) {
+	if d.h != nil {
+		d.h.Deliver(sender, seq, payload)
+	}
+}
+
+func (d *deliverer) Lost(sender digest.Member, from, to uint64) {
+	d.m.ctr.lostRanges.Add(1)
+	d.m.events.push(Event{Kind: EventLost, Sender: sender, From: from, To: to})
+	if d.h != nil {
+		d.h.Lost(sender, from, to)
+	}
+}
+
+var _ nakack.Handler = (*deliverer)(nil)
+
+func (a *agent) init(m *Member) {
+	a.m = m
+	bs := m.tr.BatchSize()
+	a.rbufs = make([]*wire.Buffer, bs)
+	a.rbytes = make([][]byte, bs)
+	a.sizes = make([]int, bs)
+	a.srcs = make([]netip.AddrPort, bs)
+	a.loss = newLossRNG(m.cfg.LossSeed, m.cfg.Self)
+	a.addrs = make(map[digest.Member]netip.AddrPort, len(m.cfg.Members))
+	a.addrs[m.cfg.Self] = m.tr.LocalAddr()
+	a.group = m.cfg.GroupID
+	a.small = m.cfg.MaxDatagram / 8
+	a.pend = make([]pubSlot, min(256, m.cfg.RingCapacity))
+	a.wq = make([]*wire.Buffer, 0, 2*bs)
+	a.wb = make([][]byte, 0, 2*bs)
+	a.wdsts = make([]netip.AddrPort, 0, 2*bs)
+	a.pushH = deliverer{m: m, h: m.cfg.Handler}
+	a.pullH = deliverer{m: m}
+	a.drop = deliverer{m: m}
+	a.tokens = float64(m.cfg.BundleBytes)
+}
+
+// fill makes sure every read slot holds a buffer. It reports false when the
+// pool is over budget (the read is skipped this iteration and counted).
+func (a *agent) fill() bool {
+	for i, b := range a.rbufs {
+		if b == nil {
+			b = a.m.pool.Get(a.m.cfg.MaxDatagram)
+			if b == nil {
+				a.m.ctr.dropNoBuffer.Add(1)
+				return false
+			}
+			a.rbufs[i] = b
+			a.rbytes[i] = b.B[:a.m.cfg.MaxDatagram]
+		}
+	}
+	return true
+}
+
+func (a *agent) run() {
+	m := a.m
+	defer close(m.done)
+	defer a.cleanup()
+	spins := 0
+	for {
+		select {
+		case <-m.stop:
+			return
+		default:
+		}
+		if a.nread == 0 && a.fill() {
+			n, err := m.tr.TryReadBatch(a.rbytes, a.sizes, a.srcs)
+			a.readErr(err)
+			a.nread = n
+		}
+		work, deadline, finished := a.iterate()
+		a.write()
+		if finished {
+			m.drained.Store(true)
+			return
+		}
+		if work > 0 {
+			spins = 0
+			continue
+		}
+		switch m.cfg.Idle {
+		case IdleSpin:
+			continue
+		case IdleYield:
+			runtime.Gosched()
+			continue
+		}
+		// IdleBlock: a short burst of yields catches the next message of a
+		// busy publisher without a kernel round trip, then block.
+		if spins < 8 {
+			spins++
+			runtime.Gosched()
+			continue
+		}
+		a.block(deadline)
+	}
+}
+
+// block waits in recvmmsg until a datagram arrives, the protocol's next
+// deadline passes, or a producer (or Close) wakes it.
+func (a *agent) block(deadline time.Duration) {
+	m := a.m
+	if !a.fill() {
+		// Pool exhausted: wait for deliveries/purges to return buffers.
+		time.Sleep(100 * time.Microsecond)
+		return
+	}
+	var t time.Time
+	if deadline != nakack.NoDeadline {
+		t = m.epoch.Add(deadline)
+	}
+	if m.closing.Load() {
+		// While draining, re-check stability at least every millisecond.
+		if lim := time.Now().Add(time.Millisecond); t.IsZero() || t.After(lim) {
+			t = lim
+		}
+	}
+	_ = m.tr.SetReadDeadline(t)
+	m.q.parked.Store(true)
+	if m.q.pub.Len() > 0 || a.stopped() || (m.closing.Load() && !a.closeSeen) {
+		m.q.parked.Store(false)
+		return
+	}
+	n, err := m.tr.ReadBatch(a.rbytes, a.sizes, a.srcs)
+	m.q.parked.Store(false)
+	a.readErr(err)
+	a.nread = n
+}
+
+func (a *agent) stopped() bool {
+	select {
+	case <-a.m.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (a *agent) readErr(err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, os.ErrDeadlineExceeded):
+	case errors.Is(err, transport.ErrClosed):
+	default:
+		a.m.ctr.socketErrors.Add(1)
+		a.m.log.rateLimited("read", err)
+	}
+}
+
+// iterate does one iteration's protocol work under the lock. It returns how
+// much work was done, the protocol's next deadline, and whether a closing
+// member has drained.
+func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
+	m := a.m
+	p := m.proto
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+
+	// 1. Receive.
+	if n := a.nread; n > 0 {
+		a.nread = 0
+		work += n
+		m.ctr.datagramsIn.Add(uint64(n))
+		for i := 0; i < n; i++ {
+			a.receiveOne(i, now)
+		}
+	}
+
+	// 2. Send: the ring's committed messages, then flush when idle.
+	work += a.drainSend(now)
+
+	// 3. Timers.
+	if p.NextDeadline() <= now {
+		p.Tick(now)
+		work++
+	}
+
+	// 4. Delivery.
+	closing := m.closing.Load()
+	a.closeSeen = a.closeSeen || closing
+	switch {
+	case m.cfg.Handler != nil:
+		n := p.Poll(&a.pushH, m.cfg.DeliverBatch)
+		m.ctr.delivered.Add(uint64(n))
+		work += n
+	case closing:
+		n := p.Poll(&a.drop, m.cfg.DeliverBatch)
+		m.ctr.discardedOnClose.Add(uint64(n))
+		work += n
+	}
+
+	// 5. Outbox to the write batch.
+	for _, o := range p.Outbox() {
+		a.queue(o.To, o.Buf)
+	}
+	p.ClearOutbox()
+
+	deadline = p.NextDeadline()
+	if a.unflushed && m.cfg.BundleDelay > 0 {
+		deadline = min(deadline, a.bundleAt+m.cfg.BundleDelay)
+	}
+	if closing && a.pendN == 0 && m.q.pub.Len() == 0 && !a.unflushed {
+		finished = a.ownStable()
+	}
+	return work, deadline, finished
+}
+
+// receiveOne hands datagram i to the protocol: loss injection, address
+// learning, small-datagram compaction.
+func (a *agent) receiveOne(i int, now time.Duration) {
+	m := a.m
+	b := a.rbufs[i]
+	n := a.sizes[i]
+	if m.cfg.LossRate > 0 && a.loss.Float64() < m.cfg.LossRate {
+		m.ctr.dropInjected.Add(1)
+		return // keep the buffer in its slot for the next read
+	}
+	a.rbufs[i] = nil
+	b.N = n
+	if h, _, err := wire.DecodeHeader(b.B[:n], a.group); err == nil {
+		if src := a.srcs[i]; src.IsValid() {
+			if old, ok := a.addrs[h.Sender]; !ok || old != src {
+				if len(a.addrs) < 4*len(m.cfg.Members)+64 {
+					a.addrs[h.Sender] = src
+				}
+			}
+		}
+	}
+	// A small datagram (a lone message, a control message) would pin a
+	// MaxDatagram buffer while the window retains it: copy it to its size
+	// class and reuse the big one.
+	if n <= a.small {
+		if c := m.pool.Get(n); c != nil {
+			c.N = copy(c.B, b.B[:n])
+			a.rbufs[i] = b
+			b = c
+		}
+	}
+	if err := m.proto.Receive(b, now); err != nil {
+		m.ctr.receiveErrors.Add(1)
+	}
+	b.Release()
+}
+
+// drainSend hands polled messages to the protocol until it back-pressures
+// or the ring is empty, then flushes the open bundle if the ring is idle.
+func (a *agent) drainSend(now time.Duration) int {
+	m := a.m
+	p := m.proto
+	work := 0
+	for {
+		if a.pendI == a.pendN {
+			a.pendFirst, a.pendN = m.q.pub.Poll(a.pend)
+			a.pendI = 0
+			if a.pendN == 0 {
+				break
+			}
+			m.signalSpace()
+		}
+		for a.pendI < a.pendN {
+			seq := a.pendFirst + uint64(a.pendI)
+			s := a.pend[a.pendI]
+			if s.n < 0 { // aborted claim
+				a.pendI++
+				continue
+			}
+			if m.cfg.RateLimit > 0 && !a.takeTokens(int(s.n), now) {
+				return work
+			}
+			if _, err := p.Send(m.q.payload(seq, s), now); err != nil {
+				if errors.Is(err, nakack.ErrBackPressure) {
+					m.ctr.protocolBackPressure.Add(1)
+					return work // retry on a later iteration
+				}
+				m.ctr.sendErrors.Add(1)
+				m.log.rateLimited("send", err)
+			}
+			m.q.release(s)
+			a.pend[a.pendI] = pubSlot{}
+			a.pendI++
+			work++
+			if !a.unflushed {
+				a.unflushed, a.bundleAt = true, now
+			}
+		}
+	}
+	if a.unflushed && (m.cfg.BundleDelay == 0 || now-a.bundleAt >= m.cfg.BundleDelay) {
+		p.Flush(now)
+		a.unflushed = false
+		work++
+	}
+	return work
+}
+
+// takeTokens is a token bucket over payload bytes with a burst of one
+// bundle.
+func (a *agent) takeTokens(n int, now time.Duration) bool {
+	rate := float64(a.m.cfg.RateLimit)
+	a.tokens = min(a.tokens+rate*(now-a.tokensAt).Seconds(), max(float64(a.m.cfg.BundleBytes), float64(n)))
+	a.tokensAt = now
+	if a.tokens < float64(n) {
+		return false
+	}
+	a.tokens -= float64(n)
+	return true
+}
+
+// queue adds one outgoing datagram to the write batch, resolving a unicast
+// destination through the addresses learned from received datagrams; an
+// unknown member is reached through the group (every member decodes it and
+// the protocol ignores what is not for it).
+func (a *agent) queue(to digest.Member, b *wire.Buffer) {
+	var dst netip.AddrPort
+	if !to.IsZero() {
+		var ok bool
+		if dst, ok = a.addrs[to]; !ok {
+			a.m.ctr.unicastViaGroup.Add(1)
+		}
+	}
+	a.wq = append(a.wq, b)
+	a.wb = append(a.wb, b.Bytes())
+	a.wdsts = append(a.wdsts, dst)
+}
+
+// write sends the write batch (outside the lock) and releases the buffers.
+func (a *agent) write() {
+	if len(a.wq) == 0 {
+		return
+	}
+	m := a.m
+	n, err := m.tr.WriteBatch(a.wb, a.wdsts)
+	m.ctr.datagramsOut.Add(uint64(n))
+	if err != nil && !errors.Is(err, transport.ErrClosed) {
+		m.ctr.socketErrors.Add(1)
+		m.ctr.dropSendFailed.Add(uint64(len(a.wq) - n))
+		m.log.rateLimited("write", err)
+	}
+	for i, b := range a.wq {
+		b.Release()
+		a.wq[i] = nil
+		a.wb[i] = nil
+	}
+	a.wq, a.wb, a.wdsts = a.wq[:0], a.wb[:0], a.wdsts[:0]
+}
+
+// ownStable reports whether everything this member sent has been purged as
+// stable (delivered by every member of the view).
+func (a *agent) ownStable() bool {
+	p := a.m.proto
+	last := p.NextSeq() - 1
+	if last == 0 {
+		return true
+	}
+	e, ok := p.WindowState(a.m.cfg.Self)
+	return ok && e.Low >= last
+}
+
+func (a *agent) cleanup() {
+	for i, b := range a.rbufs {
+		if b != nil {
+			b.Release()
+			a.rbufs[i] = nil
+		}
+	}
+	for ; a.pendI < a.pendN; a.pendI++ {
+		a.m.q.release(a.pend[a.pendI])
+	}
+}

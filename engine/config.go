@@ -1,0 +1,437 @@
+package engine
+
+import (
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"math/bits"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+)
+
+// IdleStrategy is what the agent does when it has no work: block in the
+// kernel (lowest CPU, a wake-up costs a few microseconds), yield the
+// processor between non-blocking polls, or spin (lowest latency, one core
+// busy).
+type IdleStrategy uint8
+
+// Idle strategies.
+const (
+	IdleBlock IdleStrategy = iota
+	IdleYield
+	IdleSpin
+)
+
+// String returns "block", "yield" or "spin".
+func (s IdleStrategy) String() string {
+	switch s {
+	case IdleBlock:
+		return "block"
+	case IdleYield:
+		return "yield"
+	case IdleSpin:
+		return "spin"
+	}
+	return fmt.Sprintf("IdleStrategy(%d)", uint8(s))
+}
+
+// Transport names accepted by Config.Transport.
+const (
+	TransportUDP = "udp"
+	// TransportXDP and TransportAuto are reserved for the AF_XDP backend
+	// (ebpf/); Open refuses them until it lands.
+	TransportXDP  = "xdp"
+	TransportAuto = "auto"
+)
+
+// Defaults applied by Config for zero fields.
+const (
+	DefaultInterface      = "lo"
+	DefaultRingCapacity   = 4096
+	DefaultInlineSize     = 256
+	DefaultMaxMessage     = 16 << 20
+	DefaultWindow         = 1 << 16
+	DefaultBatchSize      = 64
+	DefaultSocketBuffer   = 4 << 20
+	DefaultNakDelay       = 2 * time.Millisecond
+	DefaultNakInterval    = 10 * time.Millisecond
+	DefaultNakMaxInterval = 500 * time.Millisecond
+	DefaultStableInterval = 50 * time.Millisecond
+	DefaultStableBytes    = 4 << 20
+	DefaultHeartbeat      = 500 * time.Millisecond
+	DefaultSuspectTimeout = 5 * time.Second
+	DefaultDeliverBatch   = 1024
+	DefaultPoolBytes      = 256 << 20
+)
+
+// DefaultGroup is the group used when Config.Group is unset.
+var DefaultGroup = netip.MustParseAddrPort("239.255.0.1:45588")
+
+// Bounds checked by Validate.
+const (
+	MaxRingCapacity = 1 << 24
+	MaxInlineSize   = 64 << 10
+	MaxMessageLimit = 1 << 30
+	MaxWindow       = 1 << 26
+	MaxBatchSize    = 1024
+	MaxSocketBuffer = 1 << 30
+	MinDatagram     = 512
+	MaxDatagramIPv4 = 65507
+	MaxDatagramIPv6 = 65527
+	MaxDeliverBatch = 1 << 20
+)
+
+// Config describes one member. The zero value of every field selects its
+// default; Open validates and reports every bad value as an error wrapping
+// ErrInvalidConfig that names the field and the allowed range.
+//
+// Membership is static until gms/ lands: Members lists the view (the same
+// list, in the same order, on every member; the first is the coordinator
+// that computes stability), and Self must be in it. A nil Members makes a
+// single-member group {Self}. Members started at different times still
+// converge: every member keeps every message until all of Members have
+// delivered it, so a late starter repairs what it missed by NAK.
+type Config struct {
+	// Group is the multicast group and port (default 239.255.0.1:45588).
+	// IPv4 groups must be in 239.0.0.0/8; IPv6 groups ff01::/16, ff02::/16,
+	// ff11::/16 or ff12::/16 (checked by the transport). Port 0 is refused:
+	// the members of a group must agree on the port.
+	Group netip.AddrPort
+	// GroupID is the wire group id that keeps unrelated traffic out; 0
+	// derives it from Group.
+	GroupID uint32
+	// Interface is the interface the group is joined on (default "lo").
+	Interface string
+	// TTL is the multicast TTL or hop limit (default 0; 0..1 on loopback).
+	TTL int
+	// Unicast is the unicast bind address (default 127.0.0.1:0, or [::1]:0
+	// for an IPv6 group).
+	Unicast netip.AddrPort
+	// AllowNonLoopback allows non-loopback interfaces and unicast addresses
+	// and TTLs up to 255: for network namespaces and hosts you control.
+	AllowNonLoopback bool
+	// Transport selects the backend: "udp" (default). "xdp" and "auto" are
+	// reserved for the AF_XDP backend.
+	Transport string
+
+	// Self identifies this member; the zero Member picks a random ID with
+	// incarnation 1.
+	Self digest.Member
+	// Members is the static view, coordinator first; nil means {Self}.
+	Members []digest.Member
+
+	// RingCapacity is the number of slots of the publication ring between
+	// senders and the agent (power of two, default 4096).
+	RingCapacity int
+	// InlineSize is how many payload bytes a publication slot holds inline
+	// (default 256); larger messages use a pooled buffer. The ring's arena
+	// is 2 * RingCapacity * InlineSize bytes.
+	InlineSize int
+	// MaxMessage is the largest message Send accepts (default 16 MiB).
+	MaxMessage int
+	// MaxDatagram is the largest datagram sent (default: the interface MTU
+	// less the IP and UDP headers, at most 65507 for IPv4: 64 KB on
+	// loopback).
+	MaxDatagram int
+	// BundleBytes limits a bundle of small messages (default MaxDatagram,
+	// at most MaxDatagram).
+	BundleBytes int
+	// BundleDelay is the longest a message may wait in an open bundle while
+	// more messages keep coming (default 0: the bundle is flushed only when
+	// it is full or when the publication ring goes idle, so a lone message
+	// never waits).
+	BundleDelay time.Duration
+	// Window is the capacity of the retransmission store and of every
+	// receive window, in messages (power of two, default 65536).
+	Window int
+
+	// NakDelay is the wait before the first retransmission request for a
+	// gap (default 2ms; reordering settles).
+	NakDelay time.Duration
+	// NakInterval is the first retransmission backoff (default 10ms).
+	NakInterval time.Duration
+	// NakMaxInterval caps the backoff (default 500ms).
+	NakMaxInterval time.Duration
+	// StableInterval is how often members send their delivered digest to
+	// the coordinator (default 50ms).
+	StableInterval time.Duration
+	// StableBytes also triggers a STABLE after this many bytes received
+	// (default 4 MiB).
+	StableBytes int
+	// HeartbeatInterval and SuspectTimeout are the failure-detection
+	// timeouts used by membership (gms); validated now, used when gms
+	// lands. Defaults 500ms and 5s; SuspectTimeout must exceed
+	// HeartbeatInterval.
+	HeartbeatInterval time.Duration
+	SuspectTimeout    time.Duration
+
+	// RecvBuffer and SendBuffer are SO_RCVBUF and SO_SNDBUF (default
+	// 4 MiB each).
+	RecvBuffer int
+	SendBuffer int
+	// BatchSize is the number of datagrams per recvmmsg/sendmmsg (default
+	// 64).
+	BatchSize int
+	// PoolBytes bounds the bytes of outstanding datagram buffers (default
+	// 256 MiB); a receive when the pool is exhausted is a counted drop.
+	PoolBytes int64
+	// Idle is the agent's idle strategy (default IdleBlock).
+	Idle IdleStrategy
+
+	// RateLimit caps the bytes per second of payload this member sends
+	// (0: unlimited).
+	RateLimit int64
+
+	// LossRate drops this fraction of received datagrams before the
+	// protocol sees them, like JGroups' DISCARD (tests only; default 0,
+	// 0 <= LossRate < 1). LossSeed seeds it.
+	LossRate float64
+	LossSeed uint64
+
+	// Logger receives the engine's and the protocol's logs (default
+	// slog.Default()).
+	Logger *slog.Logger
+	// Handler, if not nil, receives every message on the agent goroutine
+	// (push mode). With a nil Handler the application calls Member.Poll
+	// (pull mode).
+	Handler Handler
+	// DeliverBatch is the most messages delivered per agent iteration in
+	// push mode (default 1024).
+	DeliverBatch int
+}
+
+// withDefaults returns c with every zero field filled in, or the first
+// validation error.
+func (c Config) withDefaults() (Config, error) {
+	bad := func(format string, args ...any) (Config, error) {
+		return c, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	if !c.Group.IsValid() {
+		c.Group = DefaultGroup
+	}
+	g := c.Group.Addr()
+	if g.Is4In6() {
+		g = g.Unmap()
+		c.Group = netip.AddrPortFrom(g, c.Group.Port())
+	}
+	switch {
+	case !g.IsMulticast():
+		return bad("Group %v: want a multicast group in 239.0.0.0/8 (IPv4) or ff01::/16, ff02::/16, ff11::/16, ff12::/16 (IPv6)", c.Group)
+	case g.Is4() && !adminScoped.Contains(g):
+		return bad("Group %v: IPv4 groups must be in 239.0.0.0/8", c.Group)
+	case g.Is6() && !linkScoped(g):
+		return bad("Group %v: IPv6 groups must be in ff01::/16, ff02::/16, ff11::/16 or ff12::/16", c.Group)
+	case c.Group.Port() == 0:
+		return bad("Group %v: port 0: want 1..65535 (all members must use the same port)", c.Group)
+	}
+	if c.GroupID == 0 {
+		h := fnv.New32a()
+		b, _ := c.Group.MarshalBinary()
+		h.Write(b)
+		c.GroupID = h.Sum32() | 1
+	}
+	if c.Interface == "" {
+		c.Interface = DefaultInterface
+	}
+	ifi, err := net.InterfaceByName(c.Interface)
+	if err != nil {
+		return bad("Interface %q: %v", c.Interface, err)
+	}
+	if ifi.Flags&net.FlagLoopback == 0 && !c.AllowNonLoopback {
+		return bad("Interface %q: not a loopback interface (set AllowNonLoopback for namespace tests)", c.Interface)
+	}
+	maxTTL := 1
+	if c.AllowNonLoopback {
+		maxTTL = 255
+	}
+	if c.TTL < 0 || c.TTL > maxTTL {
+		return bad("TTL %d: want 0..%d", c.TTL, maxTTL)
+	}
+	if !c.Unicast.IsValid() {
+		if g.Is4() {
+			c.Unicast = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), 0)
+		} else {
+			c.Unicast = netip.AddrPortFrom(netip.IPv6Loopback(), 0)
+		}
+	}
+	if u := c.Unicast.Addr(); u.Is4() != g.Is4() || u.IsMulticast() || (!u.IsLoopback() && !c.AllowNonLoopback) {
+		return bad("Unicast %v: want a loopback unicast address of the group's family (any unicast address with AllowNonLoopback)", c.Unicast)
+	}
+	switch c.Transport {
+	case "":
+		c.Transport = TransportUDP
+	case TransportUDP:
+	case TransportXDP, TransportAuto:
+		return bad("Transport %q: not available yet: want %q", c.Transport, TransportUDP)
+	default:
+		return bad("Transport %q: want %q (%q and %q arrive with the AF_XDP backend)", c.Transport, TransportUDP, TransportXDP, TransportAuto)
+	}
+
+	if c.Self.IsZero() {
+		c.Self = randomMember()
+	}
+	if c.Self.ID == 0 {
+		return bad("Self %v: ID must not be 0", c.Self)
+	}
+	if len(c.Members) == 0 {
+		c.Members = []digest.Member{c.Self}
+	} else {
+		c.Members = append([]digest.Member(nil), c.Members...)
+		seen := make(map[digest.Member]bool, len(c.Members))
+		self := false
+		for i, m := range c.Members {
+			if m.IsZero() || m.ID == 0 {
+				return bad("Members[%d] %v: want a member with a non-zero ID", i, m)
+			}
+			if seen[m] {
+				return bad("Members[%d] %v: listed twice", i, m)
+			}
+			seen[m] = true
+			self = self || m == c.Self
+		}
+		if !self {
+			return bad("Members: does not contain Self %v", c.Self)
+		}
+	}
+
+	if err := pow2(&c.RingCapacity, "RingCapacity", DefaultRingCapacity, 2, MaxRingCapacity); err != nil {
+		return c, err
+	}
+	if err := rng(&c.InlineSize, "InlineSize", DefaultInlineSize, 1, MaxInlineSize); err != nil {
+		return c, err
+	}
+	if err := rng(&c.MaxMessage, "MaxMessage", DefaultMaxMessage, 1, MaxMessageLimit); err != nil {
+		return c, err
+	}
+	maxDG := MaxDatagramIPv4
+	hdr := 28
+	if g.Is6() {
+		maxDG, hdr = MaxDatagramIPv6, 48
+	}
+	if ifi.MTU-hdr < maxDG && ifi.MTU > 0 {
+		maxDG = ifi.MTU - hdr
+	}
+	if maxDG < MinDatagram {
+		return bad("Interface %q: MTU %d leaves %d bytes per datagram, want at least %d", c.Interface, ifi.MTU, maxDG, MinDatagram)
+	}
+	if err := rng(&c.MaxDatagram, "MaxDatagram", maxDG, MinDatagram, maxDG); err != nil {
+		return c, err
+	}
+	if err := rng(&c.BundleBytes, "BundleBytes", c.MaxDatagram, MinDatagram, c.MaxDatagram); err != nil {
+		return c, err
+	}
+	if c.BundleDelay < 0 || c.BundleDelay > time.Second {
+		return bad("BundleDelay %v: want 0..1s", c.BundleDelay)
+	}
+	if err := pow2(&c.Window, "Window", DefaultWindow, 64, MaxWindow); err != nil {
+		return c, err
+	}
+	// A whole maximum-size message, fragmented, must fit in the window.
+	if frags := (c.MaxMessage + c.BundleBytes - 129) / (c.BundleBytes - 128); frags > c.Window/2 {
+		return bad("MaxMessage %d: needs about %d fragments of BundleBytes %d, want at most Window/2 = %d (raise Window or BundleBytes, or lower MaxMessage)",
+			c.MaxMessage, frags, c.BundleBytes, c.Window/2)
+	}
+
+	durs := []struct {
+		p        *time.Duration
+		name     string
+		def, min time.Duration
+		max      time.Duration
+	}{
+		{&c.NakDelay, "NakDelay", DefaultNakDelay, time.Microsecond, 10 * time.Second},
+		{&c.NakInterval, "NakInterval", DefaultNakInterval, time.Microsecond, 10 * time.Second},
+		{&c.NakMaxInterval, "NakMaxInterval", DefaultNakMaxInterval, time.Microsecond, time.Minute},
+		{&c.StableInterval, "StableInterval", DefaultStableInterval, time.Millisecond, time.Minute},
+		{&c.HeartbeatInterval, "HeartbeatInterval", DefaultHeartbeat, time.Millisecond, time.Minute},
+		{&c.SuspectTimeout, "SuspectTimeout", DefaultSuspectTimeout, time.Millisecond, 10 * time.Minute},
+	}
+	for _, d := range durs {
+		if *d.p == 0 {
+			*d.p = d.def
+		}
+		if *d.p < d.min || *d.p > d.max {
+			return bad("%s %v: want %v..%v (0 for the default %v)", d.name, *d.p, d.min, d.max, d.def)
+		}
+	}
+	if c.NakMaxInterval < c.NakInterval {
+		return bad("NakMaxInterval %v: want at least NakInterval %v", c.NakMaxInterval, c.NakInterval)
+	}
+	if c.SuspectTimeout <= c.HeartbeatInterval {
+		return bad("SuspectTimeout %v: want more than HeartbeatInterval %v", c.SuspectTimeout, c.HeartbeatInterval)
+	}
+	if err := rng(&c.StableBytes, "StableBytes", DefaultStableBytes, 1, 1<<30); err != nil {
+		return c, err
+	}
+	if err := rng(&c.RecvBuffer, "RecvBuffer", DefaultSocketBuffer, 4096, MaxSocketBuffer); err != nil {
+		return c, err
+	}
+	if err := rng(&c.SendBuffer, "SendBuffer", DefaultSocketBuffer, 4096, MaxSocketBuffer); err != nil {
+		return c, err
+	}
+	if err := rng(&c.BatchSize, "BatchSize", DefaultBatchSize, 1, MaxBatchSize); err != nil {
+		return c, err
+	}
+	if err := rng(&c.DeliverBatch, "DeliverBatch", DefaultDeliverBatch, 1, MaxDeliverBatch); err != nil {
+		return c, err
+	}
+	if c.PoolBytes == 0 {
+		c.PoolBytes = DefaultPoolBytes
+	}
+	if min := int64(4 * c.BatchSize * c.MaxDatagram); c.PoolBytes < min || c.PoolBytes > 1<<40 {
+		return bad("PoolBytes %d: want %d..%d (4 batches of MaxDatagram at least; 0 for the default %d)", c.PoolBytes, min, int64(1)<<40, DefaultPoolBytes)
+	}
+	if c.Idle > IdleSpin {
+		return bad("Idle %v: want IdleBlock, IdleYield or IdleSpin", c.Idle)
+	}
+	if c.RateLimit < 0 {
+		return bad("RateLimit %d: want 0 (unlimited) or a positive bytes/s", c.RateLimit)
+	}
+	if c.RateLimit > 0 && c.RateLimit < int64(c.BundleBytes) {
+		return bad("RateLimit %d: want 0 or at least BundleBytes %d bytes/s", c.RateLimit, c.BundleBytes)
+	}
+	if !(c.LossRate >= 0 && c.LossRate < 1) { // also refuses NaN
+		return bad("LossRate %v: want 0 <= LossRate < 1", c.LossRate)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}
+
+// Validate reports whether Open would accept c, without opening anything.
+// The error wraps ErrInvalidConfig and names the field.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
+}
+
+func rng(p *int, name string, def, lo, hi int) error {
+	if *p == 0 {
+		*p = def
+	}
+	if *p < lo || *p > hi {
+		return fmt.Errorf("%w: %s %d: want %d..%d (0 for the default %d)", ErrInvalidConfig, name, *p, lo, hi, def)
+	}
+	return nil
+}
+
+func pow2(p *int, name string, def, lo, hi int) error {
+	if *p == 0 {
+		*p = def
+	}
+	if *p < lo || *p > hi || bits.OnesCount(uint(*p)) != 1 {
+		return fmt.Errorf("%w: %s %d: want a power of two in %d..%d (0 for the default %d)", ErrInvalidConfig, name, *p, lo, hi, def)
+	}
+	return nil
+}
+
+var adminScoped = netip.MustParsePrefix("239.0.0.0/8")
+
+func linkScoped(g netip.Addr) bool {
+	b := g.As16()
+	flags, scope := b[1]>>4, b[1]&0x0f
+	return flags <= 1 && (scope == 1 || scope == 2)
+}

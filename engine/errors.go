@@ -1,0 +1,20 @@
+package engine
+
+import "errors"
+
+// Sentinel errors callers branch on with errors.Is.
+var (
+	// ErrInvalidConfig is wrapped by every Config validation error; the
+	// message names the field and the allowed range.
+	ErrInvalidConfig = errors.New("engine: invalid config")
+	// ErrBackPressure is returned by TrySend and TryClaim when the
+	// publication ring has no room: the agent has not drained it yet, or
+	// the protocol's retention window is full until stability purges it.
+	// It is the Aeron offer() contract: retry later, or use Send.
+	ErrBackPressure = errors.New("engine: back-pressure")
+	// ErrClosed is returned by calls on a member that is closing or closed.
+	ErrClosed = errors.New("engine: member closed")
+	// ErrTooLarge is returned by Send, TrySend and TryClaim for a payload
+	// larger than Config.MaxMessage.
+	ErrTooLarge = errors.New("engine: message too large")
+)

@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"context"
+	"sync"
+
+	"github.com/nakcast/nakcast/digest"
+)
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+// Event kinds.
+const (
+	// EventView: a view was installed (View, Members). With static
+	// membership there is one, at Open.
+	EventView EventKind = iota + 1
+	// EventLost: Sender's seqnos From..To will never be delivered (the
+	// sender purged them before this member got them: see the README).
+	EventLost
+	// EventSuspect: Sender is suspected of having failed (arrives with
+	// gms).
+	EventSuspect
+	// EventLagging: Sender (a member) trails the group by From messages
+	// (arrives with gms/stability reporting).
+	EventLagging
+)
+
+// String names the kind.
+func (k EventKind) String() string {
+	switch k {
+	case EventView:
+		return "view"
+	case EventLost:
+		return "lost"
+	case EventSuspect:
+		return "suspect"
+	case EventLagging:
+		return "lagging"
+	}
+	return "unknown"
+}
+
+// Event is a membership or delivery event. Fields beyond Kind are set as the
+// kind says.
+type Event struct {
+	Kind     EventKind
+	View     digest.ViewID
+	Members  []digest.Member
+	Sender   digest.Member
+	From, To uint64
+}
+
+// eventQueueCap bounds the queued events; older ones are dropped (and
+// counted) when the application does not read them.
+const eventQueueCap = 4096
+
+// eventQueue is a bounded FIFO of events, written by the agent (rarely: not
+// per message) and read by the application.
+type eventQueue struct {
+	mu      sync.Mutex
+	buf     []Event
+	head    int
+	n       int
+	dropped uint64
+	notify  chan struct{} // cap 1: signalled on push
+	done    chan struct{} // closed by close
+	closed  bool
+	once    sync.Once
+}
+
+func (q *eventQueue) init() {
+	q.once.Do(func() { q.notify, q.done = make(chan struct{}, 1), make(chan struct{}) })
+}
+
+func (q *eventQueue) push(e Event) {
+	q.init()
+	q.mu.Lock()
+	if q.buf == nil {
+		q.buf = make([]Event, eventQueueCap)
+	}
+	if q.n == len(q.buf) {
+		q.head = (q.head + 1) % len(q.buf)
+		q.n--
+		q.dropped++
+	}
+	q.buf[(q.head+q.n)%len(q.buf)] = e
+	q.n++
+	q.mu.Unlock()
+	select {
+	case q.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (q *eventQueue) pop(dst []Event) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	k := 0
+	for k < len(dst) && q.n > 0 {
+		dst[k] = q.buf[q.head]
+		q.buf[q.head] = Event{}
+		q.head = (q.head + 1) % len(q.buf)
+		q.n--
+		k++
+	}
+	return k
+}
+
+func (q *eventQueue) close() {
+	q.init()
+	q.mu.Lock()
+	if !q.closed {
+		q.closed = true
+		close(q.done)
+	}
+	q.mu.Unlock()
+}
+
+// PollEvents moves up to len(dst) queued events into dst, oldest first, and
+// returns how many. It never blocks and does not allocate.
+func (m *Member) PollEvents(dst []Event) int { return m.events.pop(dst) }
+
+// NextEvent waits for the next event: the convenience form of PollEvents.
+// It returns ctx's error when ctx ends first, and ErrClosed once the member
+// is closed and no event is left.
+func (m *Member) NextEvent(ctx context.Context) (Event, error) {
+	q := &m.events
+	q.init()
+	var one [1]Event
+	for {
+		if q.pop(one[:]) == 1 {
+			return one[0], nil
+		}
+		q.mu.Lock()
+		closed := q.closed
+		q.mu.Unlock()
+		if closed {
+			return Event{}, ErrClosed
+		}
+		select {
+		case <-q.notify:
+		case <-q.done:
+		case <-ctx.Done():
+			return Event{}, ctx.Err()
+		}
+	}
+}

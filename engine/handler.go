@@ -1,0 +1,41 @@
+package engine
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+
+	"github.com/nakcast/nakcast/digest"
+)
+
+// Handler receives delivered messages. Deliver is called for every message of
+// every sender exactly once, in each sender's seqno order; payload is valid
+// only during the call (copy it to keep it). Lost reports, once and in order
+// with the deliveries, a range [from, to] of a sender's seqnos that can never
+// be delivered (the sender purged them: see the README); the same range is
+// also queued as an EventLost event. Neither method may block on this
+// member's Send (see Member.Poll for the pattern that cannot deadlock).
+type Handler interface {
+	Deliver(sender digest.Member, seq uint64, payload []byte)
+	Lost(sender digest.Member, from, to uint64)
+}
+
+// HandlerFunc adapts a function to a Handler whose Lost does nothing (lost
+// ranges are still reported as events).
+type HandlerFunc func(sender digest.Member, seq uint64, payload []byte)
+
+// Deliver calls f.
+func (f HandlerFunc) Deliver(sender digest.Member, seq uint64, payload []byte) { f(sender, seq, payload) }
+
+// Lost does nothing.
+func (f HandlerFunc) Lost(digest.Member, uint64, uint64) {}
+
+// randomMember returns a member with a random non-zero ID and incarnation 1.
+func randomMember() digest.Member {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if id := binary.LittleEndian.Uint64(b[:]); id != 0 {
+			return digest.Member{ID: id, Inc: 1}
+		}
+	}
+}

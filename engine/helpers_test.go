@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"net/netip"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/stretchr/testify/require"
+)
+
+// testGroup returns a fresh loopback group: 239.77.x.y and a random port, so
+// concurrent test binaries (and other packages' tests) do not share traffic.
+func testGroup() netip.AddrPort {
+	a := netip.AddrFrom4([4]byte{239, 77, byte(rand.IntN(256)), byte(1 + rand.IntN(254))})
+	return netip.AddrPortFrom(a, uint16(20000+rand.IntN(40000)))
+}
+
+// testMembers returns n member identities.
+func testMembers(n int) []digest.Member {
+	ms := make([]digest.Member, n)
+	base := rand.Uint64() &^ 0xff
+	for i := range ms {
+		ms[i] = digest.Member{ID: base + uint64(i+1), Inc: 1}
+	}
+	return ms
+}
+
+// openGroup opens n members of one static group on loopback; mod may adjust
+// each member's config. Members are closed at test end.
+func openGroup(t testing.TB, n int, mod func(i int, c *Config)) []*Member {
+	t.Helper()
+	g := testGroup()
+	ids := testMembers(n)
+	out := make([]*Member, n)
+	for i := range out {
+		c := Config{Group: g, Self: ids[i], Members: ids, Logger: quietLogger()}
+		if mod != nil {
+			mod(i, &c)
+		}
+		m, err := Open(context.Background(), c)
+		require.NoError(t, err)
+		out[i] = m
+	}
+	t.Cleanup(func() {
+		for i, err := range closeAll(t, out, 10*time.Second) {
+			if err != nil {
+				t.Errorf("close member %d: %v", i, err)
+			}
+		}
+	})
+	return out
+}
+
+// closeAll closes every member concurrently (so stability can complete).
+func closeAll(t testing.TB, ms []*Member, d time.Duration) []error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	errs := make([]error, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = m.Close(ctx) }()
+	}
+	wg.Wait()
+	return errs
+}
+
+// recorder is a Handler that checks per-sender order and keeps a count and
+// an order-sensitive hash (FNV-1a over seqno and payload) per sender.
+type recorder struct {
+	mu    sync.Mutex
+	last  map[digest.Member]uint64
+	count map[digest.Member]int
+	hash  map[digest.Member]uint64
+	lost  int
+	errs  []string
+	total int
+	cond  chan struct{}
+	want  int
+}
+
+func newRecorder(want int) *recorder {
+	return &recorder{last: map[digest.Member]uint64{}, count: map[digest.Member]int{},
+		hash: map[digest.Member]uint64{}, cond: make(chan struct{}), want: want}
+}
+
+func (r *recorder) Deliver(s digest.Member, seq uint64, p []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if seq != r.last[s]+1 && len(r.errs) < 10 {
+		r.errs = append(r.errs, fmt.Sprintf("sender %v: seq %d after %d", s, seq, r.last[s]))
+	}
+	r.last[s] = seq
+	r.count[s]++
+	h := fnv.New64a()
+	var b [8]byte
+	x := r.hash[s]
+	for i := range b {
+		b[i] = byte(x >> (8 * i))
+	}
+	h.Write(b[:])
+	h.Write(p)
+	r.hash[s] = h.Sum64()
+	r.total++
+	if r.total == r.want {
+		close(r.cond)
+	}
+}
+
+func (r *recorder) Lost(s digest.Member, from, to uint64) {
+	r.mu.Lock()
+	r.lost++
+	r.errs = append(r.errs, fmt.Sprintf("lost %v %d..%d", s, from, to))
+	r.mu.Unlock()
+}
+
+// expectedHash is the recorder hash of payloads gen(0..n-1) from one sender.
+func expectedHash(n int, gen func(i int) []byte) uint64 {
+	r := newRecorder(-1)
+	s := digest.Member{ID: 1}
+	for i := range n {
+		r.Deliver(s, uint64(i+1), gen(i))
+	}
+	return r.hash[s]
+}
+
+// payloadOf is the test payload of message i of sender k, size bytes
+// (at least 12).
+func payloadOf(k, i, size int) []byte {
+	b := make([]byte, size)
+	fillPayload(b, k, i)
+	return b
+}
+
+func fillPayload(b []byte, k, i int) {
+	x := uint64(k)<<40 ^ uint64(i)*0x9e3779b97f4a7c15
+	for j := range b {
+		b[j] = byte(x >> (8 * (j % 8)))
+		if j%8 == 7 {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+}
+
+// checkNoLeak fails if goroutines started after base are still running
+// after a grace period polled without sleeping as synchronisation: it
+// retries until the count drops or the deadline passes, and prints the
+// stacks of what is left.
+func checkNoLeak(t testing.TB, base int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
+		runtime.Gosched()
+		time.Sleep(time.Millisecond) // not synchronisation: polling a condition with a bound
+	}
+	if n := runtime.NumGoroutine(); n > base {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		var ours []string
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "nakcast/engine") && !strings.Contains(g, "testing.tRunner") {
+				ours = append(ours, g)
+			}
+		}
+		t.Fatalf("goroutine leak: %d running, %d before\n%s", n, base, strings.Join(ours, "\n\n"))
+	}
+}

@@ -1,0 +1,344 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/engine/transport"
+	"github.com/nakcast/nakcast/nakack"
+	"github.com/nakcast/nakcast/wire"
+)
+
+// Member is one open member of a group: the sockets, the agent goroutine
+// that runs the protocol, and the application's API. Send, TrySend,
+// TryClaim, Poll, Events and Stats are safe for concurrent use.
+type Member struct {
+	cfg   Config
+	tr    transport.Transport
+	info  transport.Info
+	pool  *wire.Pool
+	proto *nakack.Protocol
+	q     *sendQueue
+	epoch time.Time
+	log   *logger
+
+	// mu guards proto: the agent holds it for one iteration's protocol
+	// work (never during a syscall), Poll holds it for one batch of
+	// deliveries, Stats for a snapshot.
+	mu sync.Mutex
+
+	ag agent
+
+	// Back-pressure waiters park on spaceCh, which the agent closes and
+	// replaces when it frees ring slots while waiters > 0.
+	waiters atomic.Int32
+	spaceMu sync.Mutex
+	spaceCh chan struct{}
+
+	events eventQueue
+	ctr    counters
+
+	closing   atomic.Bool   // Close started: no new sends
+	drainCtx  atomic.Value  // context.Context of Close, read by the agent
+	stop      chan struct{} // closed to stop the agent at once
+	stopOnce  sync.Once
+	done      chan struct{} // closed when the agent has exited
+	drained   atomic.Bool   // the agent saw everything sent become stable
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open validates cfg, opens the transport, installs the static view and
+// starts the agent. ctx bounds the opening only (a joining protocol will
+// wait on it once gms lands); the member lives until Close.
+func Open(ctx context.Context, cfg Config) (*Member, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	tr, err := transport.Open(transport.Config{
+		Group:            cfg.Group,
+		Interface:        cfg.Interface,
+		Unicast:          cfg.Unicast,
+		TTL:              cfg.TTL,
+		RecvBuffer:       cfg.RecvBuffer,
+		SendBuffer:       cfg.SendBuffer,
+		BatchSize:        cfg.BatchSize,
+		AllowNonLoopback: cfg.AllowNonLoopback,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open: transport: %w", err)
+	}
+	m := &Member{
+		cfg:     cfg,
+		tr:      tr,
+		info:    tr.Info(),
+		pool:    wire.NewPool(cfg.MaxDatagram, cfg.PoolBytes),
+		epoch:   time.Now(),
+		log:     newLogger(cfg.Logger.With("member", cfg.Self.String())),
+		spaceCh: make(chan struct{}),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	if m.info.BufferCapped {
+		m.log.l.Warn("socket buffers capped by the kernel (net.core.rmem_max/wmem_max); expect drops at full rate",
+			"group_rcvbuf", m.info.GroupRecvBuffer, "unicast_rcvbuf", m.info.UnicastRecvBuffer, "sndbuf", m.info.SendBuffer,
+			"want", cfg.RecvBuffer)
+	}
+	m.proto, err = nakack.New(nakack.Config{
+		Self:           cfg.Self,
+		Group:          cfg.GroupID,
+		Pool:           m.pool,
+		MaxDatagram:    cfg.BundleBytes,
+		SendWindow:     cfg.Window,
+		RecvWindow:     cfg.Window,
+		MaxMessage:     cfg.MaxMessage,
+		NakDelay:       cfg.NakDelay,
+		NakInterval:    cfg.NakInterval,
+		NakMaxInterval: cfg.NakMaxInterval,
+		StableInterval: cfg.StableInterval,
+		StableBytes:    int64(cfg.StableBytes),
+		Seed:           cfg.LossSeed ^ cfg.Self.ID,
+		Logger:         cfg.Logger,
+	})
+	if err != nil {
+		tr.Close()
+		return nil, fmt.Errorf("open: protocol: %w", err)
+	}
+	m.q, err = newSendQueue(cfg.RingCapacity, cfg.InlineSize, m.wakeAgent)
+	if err != nil {
+		tr.Close()
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	m.ag.init(m)
+	view := nakack.View{ID: digest.ViewID{Coord: cfg.Members[0], Counter: 1}, Members: cfg.Members}
+	m.proto.InstallView(view, digest.Digest{}, 0)
+	m.events.push(Event{Kind: EventView, View: view.ID, Members: append([]digest.Member(nil), cfg.Members...)})
+	m.log.l.Info("member open", "group", tr.Group().String(), "local", tr.LocalAddr().String(),
+		"members", len(cfg.Members), "idle", cfg.Idle.String(), "max_datagram", cfg.MaxDatagram)
+	go m.ag.run()
+	return m, nil
+}
+
+// Self returns this member's identity.
+func (m *Member) Self() digest.Member { return m.cfg.Self }
+
+// Config returns the configuration in force, defaults filled in.
+func (m *Member) Config() Config { return m.cfg }
+
+// LocalAddr returns the unicast address this member sends from.
+func (m *Member) LocalAddr() netip.AddrPort { return m.tr.LocalAddr() }
+
+// now is the protocol clock: time since Open on the monotonic clock.
+func (m *Member) now() time.Duration { return time.Since(m.epoch) }
+
+// TrySend copies payload into the publication ring and returns at once:
+// ErrBackPressure when the ring is full (the agent has not caught up, or the
+// protocol's retention window is full until the group has delivered what it
+// holds), ErrTooLarge above Config.MaxMessage, ErrClosed after Close began.
+// It does not allocate; payload may be reused as soon as it returns.
+func (m *Member) TrySend(payload []byte) error {
+	if len(payload) > m.cfg.MaxMessage {
+		return ErrTooLarge
+	}
+	if m.closing.Load() {
+		return ErrClosed
+	}
+	if !m.q.put(payload) {
+		m.ctr.backPressure.Add(1)
+		return ErrBackPressure
+	}
+	return nil
+}
+
+// Send is TrySend that waits under back-pressure until there is room, ctx
+// ends (its error is returned) or the member closes. It must not be called
+// from a Handler, nor, in pull mode, from the only goroutine that calls
+// Poll: delivery is what frees room (see Poll).
+func (m *Member) Send(ctx context.Context, payload []byte) error {
+	err := m.TrySend(payload)
+	if err != ErrBackPressure {
+		return err
+	}
+	m.ctr.backPressureWaits.Add(1)
+	// Spin briefly: the agent usually frees room within microseconds.
+	for range 64 {
+		runtime.Gosched()
+		if err = m.trySendQuiet(payload); err != ErrBackPressure {
+			return err
+		}
+	}
+	m.waiters.Add(1)
+	defer m.waiters.Add(-1)
+	for {
+		m.spaceMu.Lock()
+		ch := m.spaceCh
+		m.spaceMu.Unlock()
+		if err = m.trySendQuiet(payload); err != ErrBackPressure {
+			return err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-m.stop:
+			return ErrClosed
+		}
+	}
+}
+
+func (m *Member) trySendQuiet(payload []byte) error {
+	if m.closing.Load() {
+		return ErrClosed
+	}
+	if !m.q.put(payload) {
+		return ErrBackPressure
+	}
+	return nil
+}
+
+// signalSpace wakes Send calls waiting for room (agent side).
+func (m *Member) signalSpace() {
+	if m.waiters.Load() == 0 {
+		return
+	}
+	m.spaceMu.Lock()
+	close(m.spaceCh)
+	m.spaceCh = make(chan struct{})
+	m.spaceMu.Unlock()
+}
+
+// Claim is a message being written in place in the publication ring: write
+// the payload into Buf, then call Commit (or Abort) exactly once. Between
+// TryClaim and Commit nothing blocks, and the agent cannot hand later
+// messages to the protocol until this one is committed: keep the window
+// short.
+type Claim struct {
+	// Buf is the message's payload, of the length asked for.
+	Buf []byte
+	m   *Member
+	seq uint64
+	s   pubSlot
+}
+
+// TryClaim reserves the next message of n bytes in the publication ring and
+// returns its payload area to be written in place (Aeron's tryClaim): it
+// saves the caller's copy. It returns ErrBackPressure at once when the ring
+// is full. (The protocol still copies the payload once into the outgoing
+// bundle: nakack has no claim API into its bundle yet.)
+func (m *Member) TryClaim(n int) (Claim, error) {
+	if n < 0 || n > m.cfg.MaxMessage {
+		return Claim{}, ErrTooLarge
+	}
+	if m.closing.Load() {
+		return Claim{}, ErrClosed
+	}
+	seq, buf, s, ok := m.q.claim(n)
+	if !ok {
+		m.ctr.backPressure.Add(1)
+		return Claim{}, ErrBackPressure
+	}
+	return Claim{Buf: buf, m: m, seq: seq, s: s}, nil
+}
+
+// Commit publishes the claimed message.
+func (c Claim) Commit() { c.m.q.commit(c.seq, c.s) }
+
+// Abort publishes nothing for the claim: the agent skips it (no protocol
+// seqno is used).
+func (c Claim) Abort() {
+	c.s.n = -1
+	c.m.q.commit(c.seq, c.s)
+}
+
+// Poll delivers up to limit messages (and lost-range reports) to h on the
+// calling goroutine, in pull mode (Config.Handler nil), and returns how many
+// it delivered. It does not block waiting for messages and does not
+// allocate; the payload is valid only during the call. It holds the member's
+// protocol lock for the batch, so h must not call Send; h may call TrySend.
+//
+// Stability waits for every member to deliver, so an application that stops
+// polling eventually back-pressures every sender, itself included. The
+// pattern that cannot deadlock on one goroutine is a loop of TrySend and
+// Poll: when TrySend returns ErrBackPressure, Poll (which frees room) and
+// try again; never block in Send on the goroutine that polls.
+func (m *Member) Poll(h Handler, limit int) int {
+	if m.cfg.Handler != nil || limit <= 0 {
+		return 0
+	}
+	m.mu.Lock()
+	m.ag.pullH.h = h
+	n := m.proto.Poll(&m.ag.pullH, limit)
+	m.ag.pullH.h = nil
+	m.mu.Unlock()
+	m.ctr.delivered.Add(uint64(n))
+	return n
+}
+
+// Close stops sending, waits until everything this member sent is stable
+// (delivered by every member of the view) or ctx ends, then stops the agent
+// and releases the sockets. In pull mode, messages not yet polled when Close
+// is called are discarded so that stability can progress. It returns an
+// error wrapping ctx's when the drain was cut short; the member is closed
+// either way. Calling Close again returns the first result.
+func (m *Member) Close(ctx context.Context) error {
+	m.closeOnce.Do(func() {
+		m.drainCtx.Store(ctxHolder{ctx})
+		m.closing.Store(true)
+		m.wakeAgent()
+		select {
+		case <-m.done:
+		case <-ctx.Done():
+			m.stopAgent()
+			<-m.done
+		}
+		err := m.tr.Close()
+		if errors.Is(err, transport.ErrClosed) {
+			err = nil
+		}
+		if !m.drained.Load() {
+			m.closeErr = fmt.Errorf("close %v: drain incomplete: %w", m.cfg.Self, context.Cause(ctx))
+			if ctx.Err() == nil {
+				m.closeErr = fmt.Errorf("close %v: drain incomplete: %w", m.cfg.Self, ErrClosed)
+			}
+		} else if err != nil {
+			m.closeErr = fmt.Errorf("close %v: %w", m.cfg.Self, err)
+		}
+		m.events.close()
+		m.log.l.Info("member closed", "drained", m.drained.Load())
+	})
+	return m.closeErr
+}
+
+type ctxHolder struct{ context.Context }
+
+func (m *Member) stopAgent() {
+	m.stopOnce.Do(func() {
+		close(m.stop)
+		m.wakeAgent()
+	})
+}
+
+// wakeAgent interrupts a blocked read: a deadline in the past makes it
+// return at once.
+func (m *Member) wakeAgent() {
+	_ = m.tr.SetReadDeadline(pastDeadline)
+}
+
+var pastDeadline = time.Unix(1, 0)
+
+// lossRNG is the seeded generator of injected receive loss.
+func newLossRNG(seed uint64, self digest.Member) *rand.Rand {
+	return rand.New(rand.NewPCG(seed, self.ID^uint64(self.Inc)<<32^0x9e3779b97f4a7c15))
+}

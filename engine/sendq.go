@@ -1,0 +1,125 @@
+package engine
+
+import (
+	"math/bits"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nakcast/nakcast/ring"
+)
+
+// pubSlot is what a publication ring slot carries: the payload length and,
+// for a message larger than the inline size, a pooled out-of-line buffer.
+// Small payloads live in the send queue's arena, at an offset fixed by the
+// seqno, so the slot itself stays 16 bytes: ring.Publication copies slot
+// values on Commit and Poll, and an inline array in the slot would be
+// copied twice more per message.
+type pubSlot struct {
+	n   int32 // payload length; -1 for an aborted claim
+	big *[]byte
+}
+
+// sendQueue is the hand-off from publishing goroutines to the agent: an MPSC
+// ring.Publication of pubSlots plus a byte arena of 2*capacity fixed-size
+// inline slots indexed by seqno.
+//
+// Why 2*capacity: Publication.Poll frees slots as it returns them, but the
+// agent still reads their arena bytes while it hands them to the protocol
+// (possibly over several iterations, under protocol back-pressure). It does
+// not poll again before it has consumed the whole batch, and a batch is at
+// most capacity slots, so while it holds seqnos (h-k, h] (k <= capacity)
+// producers can claim only (h, h+capacity]; two seqnos less than
+// 2*capacity apart never share an arena slot. No copy is made per message
+// beyond the producer's copy into the arena and the protocol's copy into the
+// bundle, and nothing is allocated.
+//
+// Large messages take a buffer from per-size-class sync.Pools (powers of
+// two), returned by the agent once the protocol has copied them.
+type sendQueue struct {
+	pub    *ring.Publication[pubSlot]
+	arena  []byte
+	inline int
+	amask  uint64
+	big    []sync.Pool // class c holds *[]byte of cap 1<<c
+
+	// parked is set by the agent before it blocks in the kernel; a
+	// producer that commits while it is set wakes the agent.
+	parked atomic.Bool
+	wake   func()
+}
+
+func newSendQueue(capacity, inline int, wake func()) (*sendQueue, error) {
+	pub, err := ring.NewPublication[pubSlot](capacity)
+	if err != nil {
+		return nil, err
+	}
+	return &sendQueue{
+		pub:    pub,
+		arena:  make([]byte, 2*capacity*inline),
+		inline: inline,
+		amask:  uint64(2*capacity - 1),
+		big:    make([]sync.Pool, 33),
+		wake:   wake,
+	}, nil
+}
+
+// claim reserves one seqno and returns the writable payload area of n bytes
+// for it. The caller must then commit(seq, slot) exactly once.
+func (q *sendQueue) claim(n int) (seq uint64, buf []byte, s pubSlot, ok bool) {
+	seq, ok = q.pub.TryClaim(1)
+	if !ok {
+		return 0, nil, pubSlot{}, false
+	}
+	s.n = int32(n)
+	if n <= q.inline {
+		off := int(seq&q.amask) * q.inline
+		return seq, q.arena[off : off+n : off+n], s, true
+	}
+	s.big = q.getBig(n)
+	return seq, (*s.big)[:n], s, true
+}
+
+// commit publishes a claimed slot and wakes the agent if it is parked.
+func (q *sendQueue) commit(seq uint64, s pubSlot) {
+	q.pub.Commit(seq, s)
+	if q.parked.Load() && q.parked.CompareAndSwap(true, false) {
+		q.wake()
+	}
+}
+
+// put copies p into the ring: the whole TrySend path.
+func (q *sendQueue) put(p []byte) bool {
+	seq, buf, s, ok := q.claim(len(p))
+	if !ok {
+		return false
+	}
+	copy(buf, p)
+	q.commit(seq, s)
+	return true
+}
+
+// payload returns the bytes of a polled slot (agent side). Valid until the
+// agent polls again (inline) or releases the slot (out of line).
+func (q *sendQueue) payload(seq uint64, s pubSlot) []byte {
+	if s.big != nil {
+		return (*s.big)[:s.n]
+	}
+	off := int(seq&q.amask) * q.inline
+	return q.arena[off : off+int(s.n)]
+}
+
+// release returns an out-of-line buffer to its pool (agent side).
+func (q *sendQueue) release(s pubSlot) {
+	if s.big != nil {
+		q.big[bits.Len(uint(cap(*s.big)))-1].Put(s.big)
+	}
+}
+
+func (q *sendQueue) getBig(n int) *[]byte {
+	c := bits.Len(uint(n - 1)) // 1<<c >= n
+	if v := q.big[c].Get(); v != nil {
+		return v.(*[]byte)
+	}
+	b := make([]byte, 1<<c)
+	return &b
+}

@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"sync/atomic"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/engine/transport"
+	"github.com/nakcast/nakcast/nakack"
+	"github.com/nakcast/nakcast/wire"
+)
+
+// counters are the engine's own counters, updated with atomics by the agent
+// and the publishing goroutines.
+type counters struct {
+	delivered            atomic.Uint64
+	discardedOnClose     atomic.Uint64
+	backPressure         atomic.Uint64
+	backPressureWaits    atomic.Uint64
+	protocolBackPressure atomic.Uint64
+	datagramsIn          atomic.Uint64
+	datagramsOut         atomic.Uint64
+	socketErrors         atomic.Uint64
+	receiveErrors        atomic.Uint64
+	sendErrors           atomic.Uint64
+	dropInjected         atomic.Uint64
+	dropNoBuffer         atomic.Uint64
+	dropSendFailed       atomic.Uint64
+	unicastViaGroup      atomic.Uint64
+	lostRanges           atomic.Uint64
+}
+
+// Drops counts dropped datagrams (or messages, where noted) by reason.
+type Drops struct {
+	// Malformed: undecodable datagrams, foreign group or version included
+	// (the protocol does not tell them apart yet).
+	Malformed uint64
+	// NotMember: datagrams from senders outside the view.
+	NotMember uint64
+	// RingFull: messages beyond a receive window's capacity.
+	RingFull uint64
+	// WrongView: control messages for another view or coordinator.
+	WrongView uint64
+	// NoBuffer: datagrams not read or not built because the buffer pool
+	// was over budget.
+	NoBuffer uint64
+	// Injected: received datagrams dropped by Config.LossRate.
+	Injected uint64
+	// SendFailed: outgoing datagrams the socket refused.
+	SendFailed uint64
+	// Reassembly: fragments dropped by the reassembly bound.
+	Reassembly uint64
+	// Self: own datagrams looped back by the kernel (normal on loopback).
+	Self uint64
+}
+
+// SenderWindow is this member's view of one sender: Low is the highest
+// seqno purged as stable, Delivered the highest delivered, Received the
+// highest received; Received-Delivered messages are waiting for a gap to be
+// repaired or for the application to consume them.
+type SenderWindow = digest.Entry
+
+// Stats is a snapshot of a member's counters. The top-level fields are the
+// common ones; Protocol has every protocol counter.
+type Stats struct {
+	Sent                uint64 // messages sent (seqnos claimed by the protocol)
+	Delivered           uint64 // messages delivered to the application (own included)
+	Bundles             uint64 // data datagrams sent (bundles and fragments)
+	Retransmitted       uint64 // messages sent as repairs
+	NakSent             uint64 // retransmission requests sent (datagrams)
+	NakReceived         uint64 // retransmission requests received (datagrams)
+	MsgNotFoundSent     uint64
+	MsgNotFoundReceived uint64
+	Duplicates          uint64 // messages received that were already held
+	LostRanges          uint64 // lost-range events reported
+	DatagramsIn         uint64 // datagrams read from the sockets
+	DatagramsOut        uint64 // datagrams written
+	// BackPressure counts TrySend/TryClaim calls refused for a full ring;
+	// BackPressureWaits counts Send calls that had to wait;
+	// ProtocolBackPressure counts times the agent found the protocol's
+	// retention window full.
+	BackPressure         uint64
+	BackPressureWaits    uint64
+	ProtocolBackPressure uint64
+	SocketErrors         uint64 // read/write errors other than closing
+	ReceiveErrors        uint64 // datagrams the protocol refused (also in Drops)
+	UnicastViaGroup      uint64 // unicasts sent through the group: destination address not learned yet
+	DiscardedOnClose     uint64 // messages not polled when Close drained (pull mode)
+	Drops                Drops
+	// Senders is the window of every sender this member knows.
+	Senders []SenderWindow
+	// Protocol, Pool and Transport are the layers' own counters.
+	Protocol  nakack.Stats
+	Pool      wire.PoolStats
+	Transport transport.Info
+}
+
+// Stats returns a snapshot of the counters. It takes the protocol lock
+// briefly and allocates (the Senders slice): call it at human rates.
+func (m *Member) Stats() Stats {
+	m.mu.Lock()
+	ps := m.proto.Stats()
+	d := m.proto.Digest()
+	m.mu.Unlock()
+	s := Stats{
+		Sent:                 ps.Sent,
+		Delivered:            m.ctr.delivered.Load(),
+		Bundles:              ps.Bundles,
+		Retransmitted:        ps.Retransmitted,
+		NakSent:              ps.NakSent,
+		NakReceived:          ps.NakReceived,
+		MsgNotFoundSent:      ps.MsgNotFoundSent,
+		MsgNotFoundReceived:  ps.MsgNotFoundReceived,
+		Duplicates:           ps.Duplicates,
+		LostRanges:           m.ctr.lostRanges.Load(),
+		DatagramsIn:          m.ctr.datagramsIn.Load(),
+		DatagramsOut:         m.ctr.datagramsOut.Load(),
+		BackPressure:         m.ctr.backPressure.Load(),
+		BackPressureWaits:    m.ctr.backPressureWaits.Load(),
+		ProtocolBackPressure: m.ctr.protocolBackPressure.Load(),
+		SocketErrors:         m.ctr.socketErrors.Load(),
+		ReceiveErrors:        m.ctr.receiveErrors.Load(),
+		UnicastViaGroup:      m.ctr.unicastViaGroup.Load(),
+		DiscardedOnClose:     m.ctr.discardedOnClose.Load(),
+		Drops: Drops{
+			Malformed:  ps.Drops.Malformed,
+			NotMember:  ps.Drops.NotMember,
+			RingFull:   ps.Drops.Full,
+			WrongView:  ps.Drops.WrongView,
+			NoBuffer:   ps.Drops.NoBuffer + m.ctr.dropNoBuffer.Load(),
+			Injected:   m.ctr.dropInjected.Load(),
+			SendFailed: m.ctr.dropSendFailed.Load(),
+			Reassembly: ps.Drops.Reassembly,
+			Self:       ps.Drops.Self,
+		},
+		Protocol:  ps,
+		Pool:      m.pool.Stats(),
+		Transport: m.info,
+	}
+	s.Senders = make([]SenderWindow, d.Len())
+	for i := range s.Senders {
+		s.Senders[i] = d.At(i)
+	}
+	return s
+}
