@@ -49,7 +49,7 @@ type agent struct {
 	pendI     int
 	pendN     int
 	unflushed bool
-	closeSeen bool // an iteration has observed Close
+	closeSeen bool          // an iteration has observed Close
 	bundleAt  time.Duration // when the open bundle got its first message
 	tokens    float64       // rate limit bucket, bytes
 	tokensAt  time.Duration

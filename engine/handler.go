@@ -24,7 +24,9 @@ type Handler interface {
 type HandlerFunc func(sender digest.Member, seq uint64, payload []byte)
 
 // Deliver calls f.
-func (f HandlerFunc) Deliver(sender digest.Member, seq uint64, payload []byte) { f(sender, seq, payload) }
+func (f HandlerFunc) Deliver(sender digest.Member, seq uint64, payload []byte) {
+	f(sender, seq, payload)
+}
 
 // Lost does nothing.
 func (f HandlerFunc) Lost(digest.Member, uint64, uint64) {}
