@@ -1,0 +1,264 @@
+package nakack
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/wire"
+)
+
+// Sentinel errors callers branch on.
+var (
+	// ErrBackPressure: the own retention window (or the buffer pool) has no
+	// room; nothing was claimed. Retry after stability purges.
+	ErrBackPressure = errors.New("nakack: back-pressure")
+	// ErrTooLarge: the payload exceeds Config.MaxMessage.
+	ErrTooLarge = errors.New("nakack: message too large")
+	// ErrNoView: the call needs an installed view.
+	ErrNoView = errors.New("nakack: no view installed")
+	// ErrUnknownMember: the member has no window.
+	ErrUnknownMember = errors.New("nakack: unknown member")
+	// ErrBadConfig wraps every Config validation error.
+	ErrBadConfig = errors.New("nakack: bad config")
+)
+
+// NoDeadline is what NextDeadline returns when no timer is armed.
+const NoDeadline = time.Duration(1<<63 - 1)
+
+// Config configures a Protocol. Zero fields take the documented defaults
+// (for NakDelay, NakJitter and RepairLinger a negative value means none);
+// Self and Pool are required.
+type Config struct {
+	// Self is this member (one incarnation). Required.
+	Self digest.Member
+	// Group is the group id written into and checked on every datagram.
+	Group uint32
+	// Pool supplies datagram buffers (bundles, repairs, control). Required;
+	// MaxDatagram must not exceed Pool.MaxDatagram().
+	Pool *wire.Pool
+	// MaxDatagram is the largest datagram built (bundle size). Default:
+	// Pool.MaxDatagram().
+	MaxDatagram int
+	// MaxBundle bounds the messages per bundle (and the run a received
+	// bundle may insert at once). Default 1024.
+	MaxBundle int
+	// SendWindow is the own retention capacity in messages (power of two):
+	// Send back-pressures when this many are unpurged. Default 4096.
+	SendWindow int
+	// RecvWindow is the capacity of each per-sender receive window (power of
+	// two, >= SendWindow so a sender never runs further ahead than a window
+	// holds). Default SendWindow.
+	RecvWindow int
+	// MaxMessage is the largest message Send accepts (fragmented above one
+	// bundle). Default 1 MiB or what a quarter of SendWindow holds in
+	// fragments, whichever is less; must fit in SendWindow fragments.
+	MaxMessage int
+
+	// NakDelay is the wait after a gap is seen before the first request,
+	// letting reordering settle. Default 2ms.
+	NakDelay time.Duration
+	// NakJitter is the spread of the random backoff added to every request
+	// timer (truncated exponential over [0, NakJitter), skewed late so that
+	// few of many receivers fire first). Should be several network latencies
+	// for suppression to work in large groups. Default 4ms.
+	NakJitter time.Duration
+	// NakInterval is the first retry interval after a request (or after
+	// seeing another member's request); it doubles while the gap stays open.
+	// Should exceed a round trip. Default 20ms.
+	NakInterval time.Duration
+	// NakMaxInterval caps the retry interval. Default 1s.
+	NakMaxInterval time.Duration
+	// MaxNakRanges bounds the ranges requested per sender per round.
+	// Default 1024.
+	MaxNakRanges int
+	// UnicastNaks sends requests to the original sender instead of
+	// multicasting them (no suppression; for small groups).
+	UnicastNaks bool
+
+	// RepairLinger: a repeat request for a seqno repaired within it is
+	// ignored. Default 5ms.
+	RepairLinger time.Duration
+	// RepairBudget is how many messages may be repaired per RepairInterval
+	// (excess counted and left to the next request). Default 65536.
+	RepairBudget int
+	// RepairInterval is the repair budget period. Default 10ms.
+	RepairInterval time.Duration
+
+	// StableInterval is the period of STABLE digests. Default 200ms.
+	StableInterval time.Duration
+	// StableBytes sends a STABLE early once this many data bytes were
+	// received since the last one. Default 4 MiB.
+	StableBytes int64
+
+	// HighestInterval is how long a sender stays idle before announcing its
+	// highest seqno; the announcement repeats with doubling intervals up to
+	// HighestMaxInterval. Default 20ms and 2s.
+	HighestInterval    time.Duration
+	HighestMaxInterval time.Duration
+
+	// PendingMax bounds the datagrams held from senders without a window.
+	// Default 64.
+	PendingMax int
+	// HistorySize is the number of digest records kept. Default 32.
+	HistorySize int
+	// Seed seeds the random backoff (math/rand/v2 PCG, mixed with Self).
+	Seed uint64
+	// Logger receives the MSG_NOT_FOUND warning. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() error {
+	bad := func(field string, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrBadConfig, field, fmt.Sprintf(format, args...))
+	}
+	if c.Self.IsZero() {
+		return bad("Self", "must not be the zero member")
+	}
+	if c.Pool == nil {
+		return bad("Pool", "required")
+	}
+	if c.MaxDatagram == 0 {
+		c.MaxDatagram = c.Pool.MaxDatagram()
+	}
+	if c.MaxDatagram < 512 || c.MaxDatagram > c.Pool.MaxDatagram() {
+		return bad("MaxDatagram", "%d not in [512, %d]", c.MaxDatagram, c.Pool.MaxDatagram())
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defd := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.MaxBundle, 1024)
+	def(&c.SendWindow, 4096)
+	def(&c.RecvWindow, c.SendWindow)
+	def(&c.MaxMessage, min(1<<20, max(1, c.SendWindow/4)*wire.MaxFragPayload(c.MaxDatagram)))
+	def(&c.MaxNakRanges, 1024)
+	def(&c.RepairBudget, 65536)
+	def(&c.PendingMax, 64)
+	def(&c.HistorySize, 32)
+	defd(&c.NakDelay, 2*time.Millisecond)
+	defd(&c.NakJitter, 4*time.Millisecond)
+	defd(&c.NakInterval, 20*time.Millisecond)
+	defd(&c.NakMaxInterval, time.Second)
+	defd(&c.RepairLinger, 5*time.Millisecond)
+	defd(&c.RepairInterval, 10*time.Millisecond)
+	defd(&c.StableInterval, 200*time.Millisecond)
+	defd(&c.HighestInterval, 20*time.Millisecond)
+	defd(&c.HighestMaxInterval, 2*time.Second)
+	for _, v := range []*time.Duration{&c.NakDelay, &c.NakJitter, &c.RepairLinger} {
+		*v = max(*v, 0) // negative: explicitly none
+	}
+	if c.StableBytes == 0 {
+		c.StableBytes = 4 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	pow2 := func(v int) bool { return v > 0 && v&(v-1) == 0 }
+	switch {
+	case c.MaxBundle < 1 || c.MaxBundle > 1<<16:
+		return bad("MaxBundle", "%d not in [1, 65536]", c.MaxBundle)
+	case !pow2(c.SendWindow):
+		return bad("SendWindow", "%d is not a positive power of two", c.SendWindow)
+	case !pow2(c.RecvWindow) || c.RecvWindow < c.SendWindow:
+		return bad("RecvWindow", "%d must be a power of two >= SendWindow %d", c.RecvWindow, c.SendWindow)
+	case c.MaxNakRanges < 1:
+		return bad("MaxNakRanges", "%d < 1", c.MaxNakRanges)
+	case c.RepairBudget < 1:
+		return bad("RepairBudget", "%d < 1", c.RepairBudget)
+	case c.PendingMax < 0:
+		return bad("PendingMax", "%d < 0", c.PendingMax)
+	case c.NakInterval <= 0 || c.NakMaxInterval < c.NakInterval:
+		return bad("NakInterval/NakMaxInterval", "need 0 < interval <= max interval")
+	case c.RepairInterval <= 0 || c.StableInterval <= 0:
+		return bad("RepairInterval/StableInterval", "must be positive")
+	case c.HighestInterval <= 0 || c.HighestMaxInterval < c.HighestInterval:
+		return bad("HighestInterval/HighestMaxInterval", "need 0 < interval <= max")
+	}
+	fragPayload := wire.MaxFragPayload(c.MaxDatagram)
+	if c.MaxMessage < 1 || c.MaxMessage > 1<<31 {
+		return bad("MaxMessage", "%d not in [1, 2^31]", c.MaxMessage)
+	}
+	if nfrag := (c.MaxMessage + fragPayload - 1) / fragPayload; nfrag > c.SendWindow {
+		return bad("MaxMessage", "%d needs %d fragments of %d bytes, more than SendWindow %d",
+			c.MaxMessage, nfrag, fragPayload, c.SendWindow)
+	}
+	return nil
+}
+
+// View is a membership view as nakack needs it: its id and its members in
+// view order, the coordinator first.
+type View struct {
+	ID      digest.ViewID
+	Members []digest.Member
+}
+
+// Handler receives deliveries from Poll. Neither method may call back into
+// the Protocol. payload is valid only during the call.
+type Handler interface {
+	// Deliver hands over one message of sender with seqno seq (for a
+	// fragmented message, the seqno of its first fragment).
+	Deliver(sender digest.Member, seq uint64, payload []byte)
+	// Lost reports that sender's seqnos from..to will never be delivered
+	// (reported once, in order with the deliveries).
+	Lost(sender digest.Member, from, to uint64)
+}
+
+// Outgoing is one datagram to send: To is the zero Member for multicast, or
+// the destination member of a unicast. The driver owns one reference to Buf
+// and must Release it after sending.
+type Outgoing struct {
+	To  digest.Member
+	Buf *wire.Buffer
+}
+
+// Drops counts dropped datagrams (or messages, where noted) by reason.
+type Drops struct {
+	Malformed  uint64 // undecodable datagrams (including foreign group, version)
+	Self       uint64 // own datagrams looped back
+	NotMember  uint64 // datagrams from senders without a window, dropped by a view or the queue bound
+	Full       uint64 // messages beyond a receive window's capacity
+	NoBuffer   uint64 // datagrams not built because the pool refused a buffer
+	WrongView  uint64 // control messages for another view or coordinator
+	Reassembly uint64 // fragments dropped by the reassembly bound
+}
+
+// Stats are a Protocol's counters (monotonic).
+type Stats struct {
+	Sent                uint64 // messages sent (seqnos claimed)
+	Delivered           uint64 // messages delivered by Poll (own included)
+	Bundles             uint64 // data datagrams emitted (bundles and fragments)
+	Received            uint64 // messages inserted into windows
+	Retransmitted       uint64 // messages sent as repairs
+	RepairsSkipped      uint64 // repair messages skipped: repaired within the linger
+	RepairsOverBudget   uint64 // repair messages not sent: budget exhausted
+	NakSent             uint64 // XMIT_REQ datagrams sent
+	NakRangesSent       uint64 // ranges in them
+	NakReceived         uint64 // XMIT_REQ datagrams received
+	Suppressed          uint64 // own request rounds suppressed by another member's request
+	StaleRequests       uint64 // request ranges at or below the requester's delivered
+	MsgNotFoundSent     uint64
+	MsgNotFoundReceived uint64
+	MsgNotFoundIgnored  uint64 // not from the original sender, other view, or moving nothing
+	Duplicates          uint64 // messages already held
+	Old                 uint64 // messages at or below delivered (or lost)
+	Pending             uint64 // datagrams queued from senders without a window
+	PendingInserted     uint64 // of which later inserted
+	BackPressure        uint64 // Send calls refused
+	LostRanges          uint64 // lost-range events reported
+	LostMessages        uint64 // seqnos in them
+	StableSent          uint64
+	StabilitySent       uint64
+	StabilityReceived   uint64
+	Purged              uint64 // messages released by stability (or forced) purges
+	HighestSent         uint64
+	Drops               Drops
+}

@@ -1,0 +1,147 @@
+package nakack
+
+// reassembly is the per-sender state of a fragmented message being
+// delivered. Its buffer grows to the largest message seen (bounded by
+// Config.MaxMessage) and is reused.
+type reassembly struct {
+	buf      []byte
+	first    uint64 // seqno of fragment 0
+	next     uint32 // index expected next
+	count    uint32
+	active   bool
+	skipTo   uint64 // fragments up to here belong to a message reported lost
+	reported uint64 // highest seqno reported lost
+}
+
+func (r *reassembly) reset() {
+	r.active = false
+	r.buf = r.buf[:0]
+	r.skipTo = 0
+	r.reported = 0
+}
+
+// Poll delivers, in per-sender order, up to limit seqnos: each held message
+// through h.Deliver (a fragmented message once, when its last fragment is
+// consumed) and each lost run through h.Lost (a lost run counts as one).
+// A limit may end inside a bundle or a fragmented message. Senders are
+// served round-robin. It returns how many seqnos and lost runs it consumed.
+// Delivered messages stay retained until stability purges them.
+func (p *Protocol) Poll(h Handler, limit int) int {
+	n := 0
+	for len(p.ready) > 0 && n < limit {
+		s := p.ready[0]
+		k, more := p.drain(s, h, limit-n)
+		n += k
+		copy(p.ready, p.ready[1:])
+		p.ready[len(p.ready)-1] = nil
+		p.ready = p.ready[:len(p.ready)-1]
+		if more {
+			p.ready = append(p.ready, s)
+		} else {
+			s.inReady = false
+		}
+	}
+	return n
+}
+
+// drain consumes up to max seqnos of s; more is true if it stopped at max.
+func (p *Protocol) drain(s *sender, h Handler, max int) (k int, more bool) {
+	w := s.win
+	if w == nil {
+		return 0, false
+	}
+	for k < max {
+		lim := min(max-k, len(p.dscr))
+		if s.hasCut {
+			d := w.Delivered()
+			if d >= s.cut {
+				return k, false
+			}
+			lim = int(min(uint64(lim), s.cut-d))
+		}
+		first, c := w.RemoveBatch(p.dscr[:lim])
+		if c > 0 {
+			for j := range c {
+				p.deliver(s, h, first+uint64(j), p.dscr[j])
+			}
+			clear(p.dscr[:c])
+			k += c
+			continue
+		}
+		if r, ok := w.SkipLost(); ok {
+			p.reportLost(s, h, r.From, r.To)
+			k++
+			continue
+		}
+		return k, false
+	}
+	return k, true
+}
+
+func (p *Protocol) deliver(s *sender, h Handler, seq uint64, m msg) {
+	r := &s.reasm
+	if m.fc == 0 {
+		if r.active { // a whole message inside a fragmented one: the sender broke it
+			p.stats.Drops.Reassembly += uint64(r.next)
+			r.active = false
+		}
+		p.stats.Delivered++
+		h.Deliver(s.m, seq, m.payload())
+		return
+	}
+	first := seq - uint64(m.fi)
+	last := first + uint64(m.fc) - 1
+	if seq <= r.skipTo {
+		return // part of a message already reported lost
+	}
+	if m.fi == 0 {
+		if r.active {
+			p.stats.Drops.Reassembly += uint64(r.next)
+		}
+		r.active, r.first, r.next, r.count, r.buf = true, seq, 0, m.fc, r.buf[:0]
+	}
+	if !r.active || r.first != first || r.next != m.fi || r.count != m.fc {
+		// Orphan: the message's start was lost. Report the whole message.
+		r.active = false
+		p.reportLost(s, h, first, last)
+		return
+	}
+	if len(r.buf)+int(m.n) > p.cfg.MaxMessage {
+		r.active = false
+		p.stats.Drops.Reassembly++
+		p.reportLost(s, h, first, last)
+		return
+	}
+	r.buf = append(r.buf, m.payload()...)
+	r.next++
+	if r.next == r.count {
+		r.active = false
+		p.stats.Delivered++
+		h.Deliver(s.m, first, r.buf)
+	}
+}
+
+// reportLost reports [from, to] lost, widened to whole fragmented messages
+// and without repeating what was already reported.
+func (p *Protocol) reportLost(s *sender, h Handler, from, to uint64) {
+	r := &s.reasm
+	if r.active { // the lost run cuts the message being reassembled
+		from = min(from, r.first)
+		r.active = false
+	}
+	if s.win != nil {
+		if m, ok := s.win.Get(to + 1); ok && m.fc != 0 && m.fi != 0 {
+			last := to + 1 - uint64(m.fi) + uint64(m.fc) - 1
+			to = last
+		}
+	}
+	r.skipTo = max(r.skipTo, to)
+	from = max(from, r.reported+1)
+	if from > to {
+		return
+	}
+	r.reported = to
+	p.stats.LostRanges++
+	p.stats.LostMessages += to - from + 1
+	h.Lost(s.m, from, to)
+}

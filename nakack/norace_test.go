@@ -1,0 +1,5 @@
+//go:build !race
+
+package nakack
+
+const raceEnabled = false

@@ -1,0 +1,423 @@
+package nakack
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+	"unsafe"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/ring"
+	"github.com/nakcast/nakcast/wire"
+)
+
+// msg is one stored message (or fragment): a reference into a refcounted
+// datagram buffer. The window holding it owns one buffer reference.
+type msg struct {
+	buf *wire.Buffer
+	off uint32
+	n   uint32
+	// fc is the fragment count (0: a whole message), fi the fragment index.
+	fi, fc uint32
+}
+
+func (m msg) payload() []byte { return m.buf.B[m.off : m.off+m.n] }
+
+// offsetIn returns where p starts inside buf.B.
+func offsetIn(buf *wire.Buffer, p []byte) uint32 {
+	if len(p) == 0 {
+		return 0
+	}
+	return uint32(uintptr(unsafe.Pointer(unsafe.SliceData(p))) - uintptr(unsafe.Pointer(unsafe.SliceData(buf.B))))
+}
+
+type senderState uint8
+
+const (
+	live     senderState = iota
+	departed             // left the view: kept open until gms closes it
+)
+
+// stamp records when a seqno was last repaired (linger).
+type stamp struct {
+	seq uint64
+	at  time.Duration
+}
+
+// sender is the state kept per sender: its window and NAK timer. The window
+// itself is created lazily on first use (start holds its initial seqno), so
+// a large view of mostly silent members costs little memory.
+type sender struct {
+	m     digest.Member
+	win   *ring.Window[msg]
+	start uint64
+	cap   int
+	own   bool
+	state senderState
+	pos   int // index in Protocol.order
+
+	highest uint64 // highest seqno known to exist
+	contig  uint64 // every seqno in (delivered, contig] is held or lost
+	floor   uint64 // never request at or below (the sender's reported low)
+	cut     uint64 // departed: deliver and fetch only up to cut
+	hasCut  bool
+
+	// NAK timer.
+	armed   bool
+	armIdx  int
+	nakAt   time.Duration
+	backoff time.Duration
+	// last request seen from another member: its highest To and when.
+	otherTo uint64
+	otherAt time.Duration
+
+	inReady bool
+	stamps  []stamp // repair linger (own and departed windows)
+	reasm   reassembly
+}
+
+func (s *sender) low() uint64 {
+	if s.win == nil {
+		return s.start
+	}
+	return s.win.Low()
+}
+
+func (s *sender) delivered() uint64 {
+	if s.win == nil {
+		return s.start
+	}
+	return s.win.Delivered()
+}
+
+func (s *sender) received() uint64 {
+	if s.win == nil {
+		return s.start
+	}
+	return s.win.Received()
+}
+
+// window returns the window, creating it on first use.
+func (s *sender) window() *ring.Window[msg] {
+	if s.win == nil {
+		w, err := ring.NewWindow[msg](s.cap, s.start)
+		if err != nil {
+			panic(err) // capacity validated in New
+		}
+		s.win = w
+	}
+	return s.win
+}
+
+// target is the highest seqno this member wants: what exists, limited to
+// the cut for a departed sender.
+func (s *sender) target() uint64 {
+	h := max(s.highest, s.received())
+	if s.state == departed {
+		if !s.hasCut {
+			return s.received()
+		}
+		h = min(h, s.cut)
+	}
+	return h
+}
+
+// advance moves contig over held and lost seqnos.
+func (s *sender) advance() {
+	c := max(s.contig, s.delivered(), s.floor)
+	if s.win == nil {
+		s.contig = c
+		return
+	}
+	if g, ok := s.win.NextGap(c); ok {
+		s.contig = g.From - 1
+	} else {
+		s.contig = max(c, s.win.Received())
+	}
+}
+
+// hasGaps reports whether something wanted is missing.
+func (s *sender) hasGaps() bool {
+	return !s.own && max(s.contig, s.delivered(), s.floor) < s.target()
+}
+
+func (s *sender) String() string {
+	return fmt.Sprintf("%v low=%d delivered=%d received=%d highest=%d contig=%d floor=%d",
+		s.m, s.low(), s.delivered(), s.received(), s.highest, s.contig, s.floor)
+}
+
+// pendingDgram is a datagram held from a sender without a window.
+type pendingDgram struct {
+	buf    *wire.Buffer
+	origin digest.Member
+}
+
+// capture is a digest captured for gms.
+type capture struct {
+	id     CaptureID
+	d      digest.Digest
+	reason string
+}
+
+// CaptureID names a digest capture (CaptureDigest / ReleaseCapture).
+type CaptureID uint64
+
+// Protocol is one member's NAKACK state machine. Not safe for concurrent
+// use: one goroutine drives it (see the package doc).
+type Protocol struct {
+	cfg  Config
+	self digest.Member
+	rng  *rand.Rand
+	hdr  wire.Header
+
+	view     View
+	hasView  bool
+	coord    digest.Member
+	viewPos  map[digest.Member]int
+	lambda   float64 // truncated-exponential backoff shape for the view size
+	expm1Lam float64
+
+	senders map[digest.Member]*sender
+	order   []*sender // deterministic iteration: own first
+	own     *sender
+	nextSeq uint64
+
+	// open bundle
+	bundle *wire.Buffer
+	bw     wire.DataWriter
+	fragP  int // largest fragment payload
+	maxMsg int // largest bundled message
+
+	out []Outgoing
+
+	armed []*sender
+	ready []*sender
+
+	stableAt    time.Duration
+	stableBytes int64
+	highestAt   time.Duration
+	highestIval time.Duration
+	lastData    time.Duration
+	budget      int
+	budgetAt    time.Duration
+
+	round    stableRound
+	captures []capture
+	capSeq   uint64
+	history  *digest.History
+	pending  []pendingDgram
+
+	scratch []msg
+	dscr    []msg
+	ranges  []wire.Range
+	entries []digest.Entry
+	release func(msg)
+
+	stats Stats
+}
+
+// New returns a Protocol for cfg (validated; zero fields take defaults).
+func New(cfg Config) (*Protocol, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	p := &Protocol{
+		cfg:       cfg,
+		self:      cfg.Self,
+		rng:       rand.New(rand.NewPCG(cfg.Seed, cfg.Self.ID^uint64(cfg.Self.Inc)<<32)),
+		hdr:       wire.Header{Group: cfg.Group, Sender: cfg.Self},
+		senders:   make(map[digest.Member]*sender),
+		viewPos:   make(map[digest.Member]int),
+		nextSeq:   1,
+		fragP:     wire.MaxFragPayload(cfg.MaxDatagram),
+		maxMsg:    wire.MaxBundledMessageLen(cfg.MaxDatagram),
+		history:   digest.NewHistory(cfg.HistorySize),
+		scratch:   make([]msg, max(cfg.MaxBundle, 1024)),
+		dscr:      make([]msg, 256),
+		ranges:    make([]wire.Range, 0, cfg.MaxNakRanges),
+		budget:    cfg.RepairBudget,
+		stableAt:  NoDeadline,
+		highestAt: NoDeadline,
+	}
+	p.release = func(m msg) { m.buf.Release() }
+	p.own = p.addSender(cfg.Self, 0, cfg.SendWindow)
+	p.own.own = true
+	p.own.window()
+	p.own.stamps = make([]stamp, cfg.SendWindow)
+	return p, nil
+}
+
+func (p *Protocol) addSender(m digest.Member, start uint64, capacity int) *sender {
+	s := &sender{m: m, start: start, cap: capacity, pos: len(p.order), armIdx: -1,
+		highest: start, contig: start, floor: 0}
+	p.senders[m] = s
+	p.order = append(p.order, s)
+	return s
+}
+
+func (p *Protocol) removeSender(s *sender) {
+	p.disarm(s)
+	if s.inReady {
+		for i, r := range p.ready {
+			if r == s {
+				p.ready = append(p.ready[:i], p.ready[i+1:]...)
+				break
+			}
+		}
+		s.inReady = false
+	}
+	s.reasm.reset()
+	delete(p.senders, s.m)
+	p.order = append(p.order[:s.pos], p.order[s.pos+1:]...)
+	for i := s.pos; i < len(p.order); i++ {
+		p.order[i].pos = i
+	}
+}
+
+// Self returns this member.
+func (p *Protocol) Self() digest.Member { return p.self }
+
+// View returns the installed view (Members must not be modified).
+func (p *Protocol) View() View { return p.view }
+
+// NextSeq returns the seqno the next Send will claim.
+func (p *Protocol) NextSeq() uint64 { return p.nextSeq }
+
+// Stats returns a copy of the counters.
+func (p *Protocol) Stats() Stats { return p.stats }
+
+// History returns the digest history (for diagnostics).
+func (p *Protocol) History() *digest.History { return p.history }
+
+// Outbox returns the datagrams to send, in order. See Outgoing for
+// ownership; call ClearOutbox once they are handed off.
+func (p *Protocol) Outbox() []Outgoing { return p.out }
+
+// ClearOutbox empties the outbox (the driver has taken every reference).
+func (p *Protocol) ClearOutbox() {
+	clear(p.out)
+	p.out = p.out[:0]
+}
+
+func (p *Protocol) emit(to digest.Member, buf *wire.Buffer, n int) {
+	buf.N = n
+	p.out = append(p.out, Outgoing{To: to, Buf: buf})
+}
+
+// getBuf returns a pool buffer of size bytes or nil (counted).
+func (p *Protocol) getBuf(size int) *wire.Buffer {
+	b := p.cfg.Pool.Get(size)
+	if b == nil {
+		p.stats.Drops.NoBuffer++
+	}
+	return b
+}
+
+func (p *Protocol) markReady(s *sender) {
+	if !s.inReady {
+		s.inReady = true
+		p.ready = append(p.ready, s)
+	}
+}
+
+// jitter returns a random backoff in [0, NakJitter): truncated exponential
+// skewed towards the end of the interval (Nonnenmacher & Biersack), so that
+// in a group of n receivers with the same gap only a few fire before the
+// first request reaches the others.
+func (p *Protocol) jitter() time.Duration {
+	j := p.cfg.NakJitter
+	if j <= 0 {
+		return 0
+	}
+	u := p.rng.Float64()
+	if p.lambda <= 0 {
+		return time.Duration(u * float64(j))
+	}
+	return time.Duration(float64(j) * math.Log1p(u*p.expm1Lam) / p.lambda)
+}
+
+// arm starts s's NAK timer if it is not running: the first request after
+// NakDelay plus jitter, or, if another member recently asked for our oldest
+// gap, after a retry interval (as if we had asked).
+func (p *Protocol) arm(s *sender, now time.Duration) {
+	if s.armed {
+		return
+	}
+	s.armed = true
+	s.armIdx = len(p.armed)
+	p.armed = append(p.armed, s)
+	s.backoff = 0
+	g := max(s.contig, s.delivered(), s.floor) + 1
+	if s.otherTo >= g && now-s.otherAt < p.cfg.NakInterval {
+		s.backoff = p.cfg.NakInterval
+		s.nakAt = s.otherAt + s.backoff + p.jitter()
+		p.stats.Suppressed++
+		return
+	}
+	s.nakAt = now + p.cfg.NakDelay + p.jitter()
+}
+
+func (p *Protocol) disarm(s *sender) {
+	if !s.armed {
+		return
+	}
+	last := p.armed[len(p.armed)-1]
+	p.armed[s.armIdx] = last
+	last.armIdx = s.armIdx
+	p.armed[len(p.armed)-1] = nil
+	p.armed = p.armed[:len(p.armed)-1]
+	s.armed = false
+	s.armIdx = -1
+}
+
+// checkGaps arms or disarms s's NAK timer after its state changed.
+func (p *Protocol) checkGaps(s *sender, now time.Duration) {
+	if s.hasGaps() {
+		p.arm(s, now)
+	} else {
+		p.disarm(s)
+	}
+}
+
+func (p *Protocol) nextBackoff(b time.Duration) time.Duration {
+	if b == 0 {
+		return p.cfg.NakInterval
+	}
+	return min(2*b, p.cfg.NakMaxInterval)
+}
+
+// Tick fires every timer due at now: NAK rounds, STABLE, the idle Highest
+// announcement.
+func (p *Protocol) Tick(now time.Duration) {
+	for i := 0; i < len(p.armed); {
+		s := p.armed[i]
+		if s.nakAt > now {
+			i++
+			continue
+		}
+		p.nakRound(s, now)
+		if s.armed && p.armed[i] == s {
+			i++
+		}
+	}
+	if p.hasView && now >= p.stableAt {
+		p.sendStable(now)
+	}
+	if now >= p.highestAt {
+		p.announceHighest(now)
+	}
+}
+
+// NextDeadline returns when Tick must next be called (NoDeadline if no timer
+// is armed).
+func (p *Protocol) NextDeadline() time.Duration {
+	d := min(p.stableAt, p.highestAt)
+	if !p.hasView {
+		d = p.highestAt
+	}
+	for _, s := range p.armed {
+		d = min(d, s.nakAt)
+	}
+	return d
+}

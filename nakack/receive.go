@@ -1,0 +1,273 @@
+package nakack
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/ring"
+	"github.com/nakcast/nakcast/wire"
+)
+
+// Receive processes one datagram received at now. nakack takes its own
+// references to buf for what it keeps; the caller keeps (and releases) its
+// own. Decoding errors are returned (wire sentinels) after being counted;
+// datagrams of types nakack does not own (heartbeat, membership, state
+// transfer) are ignored.
+func (p *Protocol) Receive(buf *wire.Buffer, now time.Duration) error {
+	h, body, err := wire.DecodeHeader(buf.Bytes(), p.cfg.Group)
+	if err != nil {
+		p.stats.Drops.Malformed++
+		return err
+	}
+	if h.Sender == p.self {
+		p.stats.Drops.Self++
+		return nil
+	}
+	switch h.Type {
+	case wire.TypeData:
+		return p.onData(buf, h, body, now)
+	case wire.TypeFrag:
+		return p.onFrag(buf, h, body, now)
+	case wire.TypeXmitReq:
+		return p.onXmitReq(h, body, now)
+	case wire.TypeMsgNotFound:
+		return p.onMsgNotFound(h, body, now)
+	case wire.TypeStable:
+		return p.onStable(h, body, now)
+	case wire.TypeStability:
+		return p.onStability(h, body)
+	case wire.TypeHighest:
+		return p.onHighest(h, body, now)
+	}
+	return nil
+}
+
+func (p *Protocol) onData(buf *wire.Buffer, h wire.Header, body []byte, now time.Duration) error {
+	d, err := wire.DecodeData(h, body)
+	if err != nil {
+		p.stats.Drops.Malformed++
+		return err
+	}
+	s := p.senders[d.Origin]
+	if s == nil {
+		p.hold(buf, d.Origin)
+		return nil
+	}
+	if s.own {
+		p.stats.Drops.Self++
+		return nil
+	}
+	p.stableBytes += int64(len(body))
+	p.insertData(s, buf, &d, now)
+	if p.hasView && p.stableBytes >= p.cfg.StableBytes {
+		p.sendStable(now)
+	}
+	return nil
+}
+
+// insertData inserts a bundle's run into s's window, one AddRun per
+// scratch-full, and takes one buffer reference per stored message.
+func (p *Protocol) insertData(s *sender, buf *wire.Buffer, d *wire.Data, now time.Duration) {
+	w := s.window()
+	if last := d.Last(); last > s.highest {
+		s.highest = last
+	}
+	it := d.Messages()
+	first := d.First
+	added := 0
+	for {
+		n := 0
+		for n < len(p.scratch) {
+			pl, ok := it.Next()
+			if !ok {
+				break
+			}
+			p.scratch[n] = msg{buf: buf, off: offsetIn(buf, pl), n: uint32(len(pl))}
+			n++
+		}
+		if n == 0 {
+			break
+		}
+		r := w.AddRun(first, p.scratch[:n])
+		added += r.Added
+		p.stats.Duplicates += uint64(r.Duplicate)
+		p.stats.Old += uint64(r.Old)
+		if r.Full {
+			p.stats.Drops.Full += uint64(n - r.Processed())
+		}
+		first += uint64(n)
+		if n < len(p.scratch) {
+			break
+		}
+	}
+	if added > 0 {
+		buf.Retain(int32(added))
+		p.stats.Received += uint64(added)
+		p.inserted(s, d.First)
+	}
+	p.checkGaps(s, now)
+}
+
+// inserted updates contig and readiness after new entries from first on.
+func (p *Protocol) inserted(s *sender, first uint64) {
+	if first <= max(s.contig, s.delivered(), s.floor)+1 {
+		s.advance()
+	}
+	if s.contig > s.delivered() {
+		p.markReady(s)
+	}
+}
+
+func (p *Protocol) onFrag(buf *wire.Buffer, h wire.Header, body []byte, now time.Duration) error {
+	f, err := wire.DecodeFrag(h, body)
+	if err != nil {
+		p.stats.Drops.Malformed++
+		return err
+	}
+	s := p.senders[f.Origin]
+	if s == nil {
+		p.hold(buf, f.Origin)
+		return nil
+	}
+	if s.own {
+		p.stats.Drops.Self++
+		return nil
+	}
+	p.stableBytes += int64(len(body))
+	w := s.window()
+	if last := f.LastSeq(); last > s.highest {
+		s.highest = last
+	}
+	switch w.Add(f.Seq, msg{buf: buf, off: offsetIn(buf, f.Payload), n: uint32(len(f.Payload)), fi: f.Index, fc: f.Count}) {
+	case ring.Added:
+		buf.Retain(1)
+		p.stats.Received++
+		p.inserted(s, f.Seq)
+	default:
+		p.countAddResult(w.Has(f.Seq), f.Seq <= w.Delivered())
+	}
+	p.checkGaps(s, now)
+	if p.hasView && p.stableBytes >= p.cfg.StableBytes {
+		p.sendStable(now)
+	}
+	return nil
+}
+
+func (p *Protocol) countAddResult(held, old bool) {
+	switch {
+	case held:
+		p.stats.Duplicates++
+	case old:
+		p.stats.Old++
+	default:
+		p.stats.Drops.Full++
+	}
+}
+
+// hold queues a data datagram from a sender without a window.
+func (p *Protocol) hold(buf *wire.Buffer, origin digest.Member) {
+	if len(p.pending) >= p.cfg.PendingMax {
+		p.stats.Drops.NotMember++
+		return
+	}
+	buf.Retain(1)
+	p.pending = append(p.pending, pendingDgram{buf: buf, origin: origin})
+	p.stats.Pending++
+}
+
+// drainPending inserts the held datagrams whose sender now has a window,
+// keeps those of view members still awaiting a digest entry and drops the
+// rest.
+func (p *Protocol) drainPending(now time.Duration) {
+	keep := p.pending[:0]
+	for _, pd := range p.pending {
+		if s := p.senders[pd.origin]; s != nil {
+			p.stats.PendingInserted++
+			_ = p.Receive(pd.buf, now)
+			pd.buf.Release()
+			continue
+		}
+		if _, inView := p.viewPos[pd.origin]; inView {
+			keep = append(keep, pd)
+			continue
+		}
+		p.stats.Drops.NotMember++
+		pd.buf.Release()
+	}
+	clear(p.pending[len(keep):])
+	p.pending = keep
+}
+
+func (p *Protocol) onHighest(h wire.Header, body []byte, now time.Duration) error {
+	m, err := wire.DecodeHighest(h, body)
+	if err != nil {
+		p.stats.Drops.Malformed++
+		return err
+	}
+	s := p.senders[h.Sender]
+	if s == nil || s.own || s.state != live {
+		return nil
+	}
+	if m.Highest > s.highest {
+		s.highest = m.Highest
+		p.checkGaps(s, now)
+	}
+	return nil
+}
+
+// onMsgNotFound applies design.md item 1: from the original sender, for the
+// current view, moving something: mark what the sender purged and we lack
+// as lost (held entries still deliver), never request it again, log once.
+func (p *Protocol) onMsgNotFound(h wire.Header, body []byte, now time.Duration) error {
+	m, err := wire.DecodeMsgNotFound(h, body)
+	if err != nil {
+		p.stats.Drops.Malformed++
+		return err
+	}
+	p.stats.MsgNotFoundReceived++
+	s := p.senders[h.Sender]
+	if s == nil || s.own || s.state != live || !p.hasView || m.View != p.view.ID {
+		p.stats.MsgNotFoundIgnored++
+		return nil
+	}
+	// Only what we know exists and still want: a MSG_NOT_FOUND never marks
+	// seqnos this member has not seen announced.
+	hd := max(s.delivered(), s.floor)
+	low := min(m.Low, s.target())
+	if low <= hd || m.Low > m.HighestSent || !s.hasGaps() {
+		p.stats.MsgNotFoundIgnored++
+		return nil
+	}
+	w := s.window()
+	if w.MarkLost(hd+1, low) == 0 {
+		p.stats.MsgNotFoundIgnored++
+		return nil
+	}
+	if p.cfg.Logger.Enabled(context.Background(), slog.LevelWarn) {
+		p.logNotFound(s, &m)
+	}
+	s.floor = max(s.floor, low)
+	s.highest = max(s.highest, m.HighestSent)
+	s.advance()
+	if s.contig > s.delivered() {
+		p.markReady(s)
+	}
+	p.checkGaps(s, now)
+	return nil
+}
+
+func (p *Protocol) logNotFound(s *sender, m *wire.MsgNotFound) {
+	p.cfg.Logger.Warn("nakack: MSG_NOT_FOUND: sender purged messages this member still lacked; reporting them lost",
+		slog.String("sender", s.m.String()),
+		slog.String("view", m.View.String()),
+		slog.Uint64("missing_from", m.Missing.From),
+		slog.Uint64("missing_to", m.Missing.To),
+		slog.Uint64("sender_low", m.Low),
+		slog.Uint64("sender_highest", m.HighestSent),
+		slog.String("window", s.String()),
+		slog.String("sender_digest", m.Digest.ToDigest().String()),
+		slog.String("digest_history", p.history.String()),
+	)
+}

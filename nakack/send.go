@@ -1,0 +1,328 @@
+package nakack
+
+import (
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/wire"
+)
+
+// Send assigns the next seqno to a copy of payload and appends it to the
+// open bundle (or, above one bundle's capacity, to fragments each with their
+// own seqno, all claimed at once). The message is retained until stable and
+// delivered to self through Poll. It returns ErrBackPressure, claiming
+// nothing, when the own retention window cannot hold it or no buffer is
+// available; ErrTooLarge above Config.MaxMessage.
+func (p *Protocol) Send(payload []byte, now time.Duration) (uint64, error) {
+	if len(payload) > p.cfg.MaxMessage {
+		return 0, ErrTooLarge
+	}
+	if len(payload) > p.maxMsg {
+		return p.sendFragmented(payload, now)
+	}
+	w := p.own.win
+	if p.nextSeq-w.Low() > uint64(w.Capacity()) {
+		p.stats.BackPressure++
+		return 0, ErrBackPressure
+	}
+	var dst []byte
+	if p.bundle != nil {
+		if p.bw.Count() >= p.cfg.MaxBundle {
+			p.flushBundle(now)
+		} else if dst = p.bw.Claim(len(payload)); dst == nil {
+			p.flushBundle(now)
+		}
+	}
+	if dst == nil {
+		if p.bundle = p.getBuf(p.cfg.MaxDatagram); p.bundle == nil {
+			p.stats.BackPressure++
+			return 0, ErrBackPressure
+		}
+		h := p.hdr
+		if err := p.bw.Reset(p.bundle.B[:p.cfg.MaxDatagram], h, p.self, p.nextSeq); err != nil {
+			panic(err) // sizes validated in New
+		}
+		if dst = p.bw.Claim(len(payload)); dst == nil {
+			panic("nakack: message does not fit an empty bundle") // maxMsg checked above
+		}
+	}
+	copy(dst, payload)
+	seq := p.nextSeq
+	p.nextSeq++
+	p.bundle.Retain(1)
+	w.Add(seq, msg{buf: p.bundle, off: offsetIn(p.bundle, dst), n: uint32(len(dst))})
+	p.own.highest = seq
+	p.stats.Sent++
+	p.markReady(p.own)
+	if p.bw.Count() >= p.cfg.MaxBundle {
+		p.flushBundle(now)
+	}
+	return seq, nil
+}
+
+// Flush emits the open bundle, if any. The engine calls it when its send
+// queue goes idle (no fixed bundling wait).
+func (p *Protocol) Flush(now time.Duration) {
+	if p.bundle != nil {
+		p.flushBundle(now)
+	}
+}
+
+func (p *Protocol) flushBundle(now time.Duration) {
+	b := p.bundle
+	p.bundle = nil
+	d := p.bw.Finish()
+	if d == nil {
+		b.Release()
+		return
+	}
+	p.emit(digest.Member{}, b, len(d))
+	p.stats.Bundles++
+	p.sentData(now)
+}
+
+// sentData restarts the idle Highest announcement after new data.
+func (p *Protocol) sentData(now time.Duration) {
+	p.lastData = now
+	p.highestIval = p.cfg.HighestInterval
+	p.highestAt = now + p.highestIval
+}
+
+// sendFragmented claims one seqno per fragment and emits every fragment.
+func (p *Protocol) sendFragmented(payload []byte, now time.Duration) (uint64, error) {
+	fp := p.fragP
+	count := (len(payload) + fp - 1) / fp
+	w := p.own.win
+	if p.nextSeq-1+uint64(count)-w.Low() > uint64(w.Capacity()) {
+		p.stats.BackPressure++
+		return 0, ErrBackPressure
+	}
+	p.Flush(now) // keep seqno order on the wire
+	// Take every buffer before claiming, so a refused buffer claims nothing.
+	bufs := make([]*wire.Buffer, count) // fragmented sends are rare: allocation accepted
+	for i := range bufs {
+		if bufs[i] = p.getBuf(min(p.cfg.MaxDatagram, wire.FragOverhead+fp)); bufs[i] == nil {
+			for _, b := range bufs[:i] {
+				b.Release()
+			}
+			p.stats.BackPressure++
+			return 0, ErrBackPressure
+		}
+	}
+	first := p.nextSeq
+	p.nextSeq += uint64(count)
+	for i, b := range bufs {
+		part := payload[i*fp : min(len(payload), (i+1)*fp)]
+		f := wire.Frag{Origin: p.self, Seq: first + uint64(i), Index: uint32(i), Count: uint32(count),
+			Total: uint32(len(payload)), Payload: part}
+		d, err := wire.EncodeFrag(b.B, p.hdr, f)
+		if err != nil {
+			panic(err)
+		}
+		b.Retain(1)
+		w.Add(f.Seq, msg{buf: b, off: uint32(wire.FragOverhead), n: uint32(len(part)), fi: uint32(i), fc: uint32(count)})
+		p.emit(digest.Member{}, b, len(d))
+		p.stats.Bundles++
+	}
+	p.own.highest = p.nextSeq - 1
+	p.stats.Sent += uint64(count)
+	p.markReady(p.own)
+	p.sentData(now)
+	return first, nil
+}
+
+// announceHighest multicasts HIGHEST while idle, with doubling intervals.
+func (p *Protocol) announceHighest(now time.Duration) {
+	p.highestIval = min(2*p.highestIval, p.cfg.HighestMaxInterval)
+	p.highestAt = now + p.highestIval
+	hi := p.nextSeq - 1
+	if hi == 0 || !p.hasView || len(p.view.Members) < 2 {
+		return
+	}
+	b := p.getBuf(wire.HighestOverhead)
+	if b == nil {
+		return
+	}
+	d, err := wire.EncodeHighest(b.B, p.hdr, wire.Highest{View: p.view.ID, Low: p.own.win.Low(), Highest: hi})
+	if err != nil {
+		panic(err)
+	}
+	p.emit(digest.Member{}, b, len(d))
+	p.stats.HighestSent++
+}
+
+// repairAllowed takes one message from the repair budget.
+func (p *Protocol) repairAllowed(now time.Duration) bool {
+	if now >= p.budgetAt {
+		p.budget = p.cfg.RepairBudget
+		p.budgetAt = now + p.cfg.RepairInterval
+	}
+	if p.budget <= 0 {
+		p.stats.RepairsOverBudget++
+		return false
+	}
+	p.budget--
+	return true
+}
+
+// repairer bundles repair messages of one origin into contiguous runs.
+type repairer struct {
+	p      *Protocol
+	origin digest.Member
+	buf    *wire.Buffer
+	w      wire.DataWriter
+	next   uint64 // seqno the open bundle expects next
+}
+
+func (r *repairer) add(seq uint64, m msg) {
+	p := r.p
+	if m.fc != 0 {
+		r.flush()
+		b := p.getBuf(min(p.cfg.MaxDatagram, wire.FragOverhead+int(m.n)))
+		if b == nil {
+			return
+		}
+		h := p.hdr
+		h.Flags |= wire.FlagRepair
+		// The message's Total is not stored; the reassembler does not need
+		// it (fragments of one message have equal sizes but the last).
+		f := wire.Frag{Origin: r.origin, Seq: seq, Index: m.fi, Count: m.fc, Total: uint32(m.fc) * uint32(p.fragP), Payload: m.payload()}
+		d, err := wire.EncodeFrag(b.B, h, f)
+		if err != nil {
+			b.Release()
+			return
+		}
+		p.emit(digest.Member{}, b, len(d))
+		p.stats.Retransmitted++
+		return
+	}
+	if r.buf != nil && seq == r.next && r.w.Count() < p.cfg.MaxBundle && r.w.Append(m.payload()) {
+		r.next++
+		p.stats.Retransmitted++
+		return
+	}
+	r.flush()
+	if r.buf = p.getBuf(p.cfg.MaxDatagram); r.buf == nil {
+		return
+	}
+	h := p.hdr
+	h.Flags |= wire.FlagRepair
+	if err := r.w.Reset(r.buf.B[:p.cfg.MaxDatagram], h, r.origin, seq); err != nil {
+		panic(err)
+	}
+	r.w.Append(m.payload())
+	r.next = seq + 1
+	p.stats.Retransmitted++
+}
+
+func (r *repairer) flush() {
+	if r.buf == nil {
+		return
+	}
+	d := r.w.Finish()
+	r.p.emit(digest.Member{}, r.buf, len(d))
+	r.buf = nil
+}
+
+// onXmitReq handles another member's retransmission request: repair if we
+// are the target (or hold a departed target's data), else take it as a
+// suppression signal for our own request.
+func (p *Protocol) onXmitReq(h wire.Header, body []byte, now time.Duration) error {
+	req, err := wire.DecodeXmitReq(h, body)
+	if err != nil {
+		p.stats.Drops.Malformed++
+		return err
+	}
+	p.stats.NakReceived++
+	if req.Target == p.self {
+		p.repair(p.own, h.Sender, &req, now)
+		return nil
+	}
+	s := p.senders[req.Target]
+	if s == nil {
+		return nil
+	}
+	if s.state == departed {
+		p.repair(s, h.Sender, &req, now)
+		return nil
+	}
+	p.suppress(s, &req, now)
+	return nil
+}
+
+// repair answers req for s's messages: repairs what is held (skipping what
+// was repaired within the linger), and, only for own messages, MSG_NOT_FOUND
+// for what lies at or below our low.
+func (p *Protocol) repair(s *sender, requester digest.Member, req *wire.XmitReq, now time.Duration) {
+	if s.win == nil {
+		return
+	}
+	w := s.win
+	if s.stamps == nil {
+		s.stamps = make([]stamp, w.Capacity())
+	}
+	mask := uint64(len(s.stamps) - 1)
+	r := repairer{p: p, origin: s.m}
+	var missing wire.Range
+	hi := w.Received()
+	for i := 0; i < req.Ranges.Len(); i++ {
+		rg := req.Ranges.At(i)
+		if rg.To <= req.Delivered {
+			p.stats.StaleRequests++
+			continue
+		}
+		rg.From = max(rg.From, req.Delivered+1)
+		rg.To = min(rg.To, hi)
+		if rg.From > rg.To {
+			continue
+		}
+		if low := w.Low(); rg.From <= low {
+			if s.own {
+				if missing.From == 0 || rg.From < missing.From {
+					missing.From = rg.From
+				}
+				missing.To = max(missing.To, min(rg.To, low))
+			}
+			rg.From = low + 1
+		}
+		for seq := rg.From; seq <= rg.To; seq++ {
+			m, ok := w.Get(seq)
+			if !ok {
+				continue
+			}
+			st := &s.stamps[seq&mask]
+			if st.seq == seq && now-st.at < p.cfg.RepairLinger {
+				p.stats.RepairsSkipped++
+				continue
+			}
+			if !p.repairAllowed(now) {
+				break
+			}
+			st.seq, st.at = seq, now
+			r.add(seq, m)
+		}
+	}
+	r.flush()
+	if missing.From != 0 {
+		p.sendMsgNotFound(requester, missing, now)
+	}
+}
+
+// sendMsgNotFound tells requester (unicast) that missing is purged here:
+// our low, highest sent and whole digest (truncated to one datagram).
+func (p *Protocol) sendMsgNotFound(requester digest.Member, missing wire.Range, now time.Duration) {
+	p.entries = p.appendDigest(p.entries[:0])
+	n := min(len(p.entries), wire.MaxDigestEntries(p.cfg.MaxDatagram))
+	b := p.getBuf(wire.MsgNotFoundOverhead + n*wire.EntryLen)
+	if b == nil {
+		return
+	}
+	d, err := wire.EncodeMsgNotFound(b.B, p.hdr, p.view.ID, requester, missing,
+		p.own.win.Low(), p.nextSeq-1, wire.EntrySlice(p.entries[:n]))
+	if err != nil {
+		b.Release()
+		return
+	}
+	p.emit(requester, b, len(d))
+	p.stats.MsgNotFoundSent++
+}

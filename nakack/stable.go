@@ -1,0 +1,229 @@
+package nakack
+
+import (
+	"math"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/wire"
+)
+
+// stableRound is the coordinator's collection of STABLE digests for one
+// round: a running minimum of delivered per sender (view position), which
+// senders some member's digest lacked, and which (member, chunk) pairs have
+// reported. A member's digest is split into chunks of per entries by view
+// position when it does not fit one datagram. Folding a STABLE costs O(its
+// entries); members never compute from every digest.
+type stableRound struct {
+	n, per, chunks int
+	min            []uint64
+	lack           []bool
+	got            []bool // member*chunks + chunk
+	nGot           int
+	seen           []uint64
+	foldSeq        uint64
+}
+
+func (r *stableRound) init(n, per int) {
+	r.n, r.per = n, max(per, 1)
+	r.chunks = max(1, (n+r.per-1)/r.per)
+	r.min = make([]uint64, n)
+	r.lack = make([]bool, n)
+	r.got = make([]bool, n*r.chunks)
+	r.seen = make([]uint64, n)
+	r.reset()
+}
+
+func (r *stableRound) reset() {
+	for i := range r.min {
+		r.min[i] = math.MaxUint64
+	}
+	clear(r.lack)
+	clear(r.got)
+	r.nGot = 0
+}
+
+// stableEntries returns (in p.entries) the delivered digest this member
+// advertises: one entry per view member in view order (zero for a member
+// without a window: nothing of it may be purged), Delivered lowered to what
+// any held capture says.
+func (p *Protocol) stableEntries() []digest.Entry {
+	es := p.entries[:0]
+	for _, m := range p.view.Members {
+		s := p.senders[m]
+		if s == nil {
+			es = append(es, digest.Entry{Member: m})
+			continue
+		}
+		e := p.entryOf(s)
+		for i := range p.captures {
+			if c, ok := p.captures[i].d.Lookup(m); ok && c.Delivered < e.Delivered {
+				e.Delivered = c.Delivered
+			}
+		}
+		es = append(es, e)
+	}
+	p.entries = es
+	return es
+}
+
+func (p *Protocol) entryOf(s *sender) digest.Entry {
+	e := digest.Entry{Member: s.m, Low: s.low(), Delivered: s.delivered(), Received: s.received()}
+	if s.own {
+		e.Received = p.nextSeq - 1
+	}
+	return e
+}
+
+func (p *Protocol) stablePer() int { return max(1, wire.MaxDigestEntries(p.cfg.MaxDatagram)) }
+
+// sendStable sends this member's delivered digest to the coordinator (folds
+// it directly when this member is the coordinator) and restarts the timer.
+func (p *Protocol) sendStable(now time.Duration) {
+	p.stableAt = now + p.cfg.StableInterval
+	p.stableBytes = 0
+	if !p.hasView {
+		return
+	}
+	es := p.stableEntries()
+	self, ok := p.viewPos[p.self]
+	if !ok {
+		return
+	}
+	per := p.stablePer()
+	if p.coord == p.self {
+		for i := 0; i < len(es); i += per {
+			fold(p, self, wire.EntrySlice(es[i:min(len(es), i+per)]), now)
+		}
+		return
+	}
+	for i := 0; i < len(es); i += per {
+		chunk := es[i:min(len(es), i+per)]
+		b := p.getBuf(wire.StableOverhead + len(chunk)*wire.EntryLen)
+		if b == nil {
+			return
+		}
+		d, err := wire.EncodeStable(b.B, p.hdr, p.view.ID, wire.EntrySlice(chunk))
+		if err != nil {
+			panic(err)
+		}
+		p.emit(p.coord, b, len(d))
+		p.stats.StableSent++
+	}
+}
+
+func (p *Protocol) onStable(h wire.Header, body []byte, now time.Duration) error {
+	st, err := wire.DecodeStable(h, body)
+	if err != nil {
+		p.stats.Drops.Malformed++
+		return err
+	}
+	from, ok := p.viewPos[h.Sender]
+	if !p.hasView || p.coord != p.self || st.View != p.view.ID || !ok {
+		p.stats.Drops.WrongView++
+		return nil
+	}
+	fold(p, from, st.Digest, now)
+	return nil
+}
+
+// fold adds one STABLE chunk from the member at view position from.
+func fold[E wire.Entries](p *Protocol, from int, d E, now time.Duration) {
+	r := &p.round
+	if d.Len() == 0 || r.n != len(p.view.Members) {
+		return
+	}
+	pos0, ok := p.viewPos[d.At(0).Member]
+	if !ok {
+		return
+	}
+	chunk := pos0 / r.per
+	r.foldSeq++
+	ms := p.view.Members
+	for i := 0; i < d.Len(); i++ {
+		e := d.At(i)
+		j := pos0 + i
+		if j >= len(ms) || ms[j] != e.Member {
+			if j, ok = p.viewPos[e.Member]; !ok {
+				continue
+			}
+		}
+		r.seen[j] = r.foldSeq
+		r.min[j] = min(r.min[j], e.Delivered)
+	}
+	for j := chunk * r.per; j < min(r.n, (chunk+1)*r.per); j++ {
+		if r.seen[j] != r.foldSeq {
+			r.lack[j] = true
+		}
+	}
+	if gi := from*r.chunks + chunk; !r.got[gi] {
+		r.got[gi] = true
+		r.nGot++
+	}
+	if r.nGot == r.n*r.chunks {
+		p.emitStability(now)
+		r.reset()
+	}
+}
+
+// emitStability multicasts the round's minimum (senders no member lacked)
+// and applies it here.
+func (p *Protocol) emitStability(now time.Duration) {
+	r := &p.round
+	es := p.entries[:0]
+	for j, m := range p.view.Members {
+		if r.lack[j] || r.min[j] == 0 || r.min[j] == math.MaxUint64 {
+			continue
+		}
+		v := r.min[j]
+		es = append(es, digest.Entry{Member: m, Low: v, Delivered: v, Received: v})
+	}
+	p.entries = es
+	if len(es) == 0 {
+		return
+	}
+	per := p.stablePer()
+	if len(p.view.Members) > 1 {
+		for i := 0; i < len(es); i += per {
+			chunk := es[i:min(len(es), i+per)]
+			b := p.getBuf(wire.StableOverhead + len(chunk)*wire.EntryLen)
+			if b == nil {
+				break
+			}
+			d, err := wire.EncodeStability(b.B, p.hdr, p.view.ID, wire.EntrySlice(chunk))
+			if err != nil {
+				panic(err)
+			}
+			p.emit(digest.Member{}, b, len(d))
+			p.stats.StabilitySent++
+		}
+	}
+	applyStability(p, wire.EntrySlice(es))
+}
+
+func (p *Protocol) onStability(h wire.Header, body []byte) error {
+	st, err := wire.DecodeStability(h, body)
+	if err != nil {
+		p.stats.Drops.Malformed++
+		return err
+	}
+	if !p.hasView || h.Sender != p.coord || st.View != p.view.ID {
+		p.stats.Drops.WrongView++
+		return nil
+	}
+	p.stats.StabilityReceived++
+	applyStability(p, st.Digest)
+	return nil
+}
+
+// applyStability purges every live sender's window up to its stable seqno.
+func applyStability[E wire.Entries](p *Protocol, d E) {
+	for i := 0; i < d.Len(); i++ {
+		e := d.At(i)
+		s := p.senders[e.Member]
+		if s == nil || s.win == nil || s.state != live {
+			continue
+		}
+		p.stats.Purged += uint64(s.win.Purge(e.Delivered, p.release))
+	}
+}
