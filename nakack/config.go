@@ -100,7 +100,7 @@ type Config struct {
 	HighestMaxInterval time.Duration
 
 	// PendingMax bounds the datagrams held from senders without a window.
-	// Default 64.
+	// Default 64; negative: none are held.
 	PendingMax int
 	// HistorySize is the number of digest records kept. Default 32.
 	HistorySize int
@@ -174,8 +174,6 @@ func (c *Config) setDefaults() error {
 		return bad("MaxNakRanges", "%d < 1", c.MaxNakRanges)
 	case c.RepairBudget < 1:
 		return bad("RepairBudget", "%d < 1", c.RepairBudget)
-	case c.PendingMax < 0:
-		return bad("PendingMax", "%d < 0", c.PendingMax)
 	case c.NakInterval <= 0 || c.NakMaxInterval < c.NakInterval:
 		return bad("NakInterval/NakMaxInterval", "need 0 < interval <= max interval")
 	case c.RepairInterval <= 0 || c.StableInterval <= 0:
