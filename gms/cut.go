@@ -1,0 +1,341 @@
+package gms
+
+import (
+	"slices"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+)
+
+// cutState is the coordinator's side of fixing a departed sender's cut
+// (design.md, "Crashed senders").
+type cutState struct {
+	dep      departure
+	reports  map[digest.Member]cutReport
+	fixed    bool
+	closed   bool
+	cut      uint64
+	lost     []Range
+	acks     map[digest.Member]bool
+	resendAt time.Duration
+}
+
+type cutReport struct {
+	ok                  bool
+	delivered, received uint64
+	gaps                []Range
+}
+
+// memberCut is a survivor's side of a cut.
+type memberCut struct {
+	coord    Peer
+	cut      uint64
+	acked    bool
+	resendAt time.Duration
+}
+
+// startCut asks every survivor for its state of the departed sender.
+func (g *GMS) startCut(d departure, now time.Duration) {
+	if _, ok := g.cuts[d.member]; ok {
+		return
+	}
+	c := &cutState{dep: d, reports: make(map[digest.Member]cutReport), acks: make(map[digest.Member]bool)}
+	g.cuts[d.member] = c
+	c.reports[g.self.Member] = g.localReport(d.member)
+	c.resendAt = now + g.cfg.ViewAckTimeout
+	g.multicast(&msg{typ: typeCutReq, view: g.view.ID, member: d.member})
+	g.checkCut(c, now)
+}
+
+func (g *GMS) localReport(sender digest.Member) cutReport {
+	dl, rc, gaps, ok := g.proto.SenderState(sender, g.gaps[:0])
+	g.gaps = gaps[:0]
+	return cutReport{ok: ok, delivered: dl, received: rc, gaps: slices.Clone(gaps)}
+}
+
+func (g *GMS) onCutReq(m *msg, now time.Duration) {
+	if (g.status != StatusMember && g.status != StatusLeaving) || m.sender != g.view.Coord().Member {
+		return
+	}
+	r := g.localReport(m.member)
+	rep := &msg{typ: typeCutReport, view: g.view.ID, member: m.member, a: r.delivered, b: r.received}
+	if r.ok {
+		rep.c = 1
+	}
+	rep.withRanges(r.gaps)
+	g.send(g.view.Coord(), rep)
+}
+
+func (g *GMS) onCutReport(m *msg, now time.Duration) {
+	c, ok := g.cuts[m.member]
+	if !ok || c.fixed || !g.view.Contains(m.sender) {
+		return
+	}
+	c.reports[m.sender] = cutReport{ok: m.c == 1, delivered: m.a, received: m.b, gaps: m.ranges}
+	g.checkCut(c, now)
+}
+
+// checkCut fixes the cut once every member of the current view reported,
+// and closes it once every member acknowledged.
+func (g *GMS) checkCut(c *cutState, now time.Duration) {
+	if !c.fixed {
+		for _, p := range g.view.Members {
+			if _, ok := c.reports[p.Member]; !ok {
+				return
+			}
+		}
+		g.fixCut(c, now)
+	}
+	if c.closed {
+		return
+	}
+	for _, p := range g.view.Members {
+		if !c.acks[p.Member] {
+			return
+		}
+	}
+	c.closed = true
+	g.stats.CutsClosed++
+	g.multicast(&msg{typ: typeCut, kind: 1, view: g.view.ID, member: c.dep.member})
+	g.closeMemberCut(c.dep.member, now)
+	if c.dep.graceful {
+		g.send(c.dep.peer, &msg{typ: typeLeave, kind: 1})
+	}
+}
+
+// fixCut picks the cut (the highest seqno any survivor received, at least a
+// leaver's announced highest) and the ranges no survivor holds.
+func (g *GMS) fixCut(c *cutState, now time.Duration) {
+	c.fixed = true
+	cut := c.dep.highest
+	minD := ^uint64(0)
+	for _, p := range g.view.Members {
+		r := c.reports[p.Member]
+		if r.ok {
+			cut = max(cut, r.received)
+			minD = min(minD, r.delivered)
+		}
+	}
+	c.cut = cut
+	if !c.dep.graceful && minD < cut {
+		// Lost = what every reporter misses in (minD, cut]. A reporter
+		// misses its gaps and everything above its received.
+		lost := []Range{{From: minD + 1, To: cut}}
+		for _, p := range g.view.Members {
+			r := c.reports[p.Member]
+			if !r.ok {
+				continue
+			}
+			miss := slices.Clone(r.gaps)
+			if r.received < cut {
+				miss = append(miss, Range{From: r.received + 1, To: cut})
+			}
+			lost = intersectRanges(lost, miss)
+		}
+		c.lost = lost
+	}
+	g.log.Info("gms: cut fixed", "sender", c.dep.member, "cut", c.cut, "lost", c.lost)
+	fix := &msg{typ: typeCut, kind: 0, view: g.view.ID, member: c.dep.member, a: c.cut}
+	fix.withRanges(c.lost)
+	g.multicast(fix)
+	g.applyCut(g.self, c.dep.member, c.cut, c.lost, now)
+}
+
+// intersectRanges returns the seqnos in both a and b, as sorted disjoint
+// ranges. Inputs need not be sorted.
+func intersectRanges(a, b []Range) []Range {
+	a, b = normRanges(a), normRanges(b)
+	var out []Range
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		lo, hi := max(a[i].From, b[j].From), min(a[i].To, b[j].To)
+		if lo <= hi {
+			out = append(out, Range{From: lo, To: hi})
+		}
+		if a[i].To < b[j].To {
+			i++
+		} else {
+			j++
+		}
+	}
+	return out
+}
+
+// normRanges sorts and coalesces rs (a copy).
+func normRanges(rs []Range) []Range {
+	rs = slices.Clone(rs)
+	slices.SortFunc(rs, func(x, y Range) int {
+		switch {
+		case x.From < y.From:
+			return -1
+		case x.From > y.From:
+			return 1
+		}
+		return 0
+	})
+	out := rs[:0]
+	for _, r := range rs {
+		if n := len(out); n > 0 && r.From <= out[n-1].To+1 {
+			out[n-1].To = max(out[n-1].To, r.To)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// applyCut is a survivor's side: the protocol completes the window to the
+// cut, and we acknowledge once it holds everything up to it.
+func (g *GMS) applyCut(coord Peer, sender digest.Member, cut uint64, lost []Range, now time.Duration) {
+	mc, ok := g.mcuts[sender]
+	if !ok {
+		mc = &memberCut{coord: coord, cut: cut}
+		g.mcuts[sender] = mc
+		g.proto.CompleteCut(sender, cut, lost, now)
+	}
+	mc.coord = coord
+	mc.acked = false
+	g.checkMemberCut(sender, mc, now)
+}
+
+func (g *GMS) checkMemberCut(sender digest.Member, mc *memberCut, now time.Duration) {
+	if mc.acked && now < mc.resendAt {
+		return
+	}
+	dl, rc, gaps, ok := g.proto.SenderState(sender, g.gaps[:0])
+	g.gaps = gaps[:0]
+	_ = dl
+	complete := !ok || rc >= mc.cut
+	for _, r := range gaps {
+		if r.From <= mc.cut {
+			complete = false
+		}
+	}
+	if !complete {
+		return
+	}
+	mc.acked = true
+	mc.resendAt = now + 2*g.cfg.ViewAckTimeout
+	if mc.coord.Member == g.self.Member {
+		g.onCutAckFrom(g.self.Member, sender, now)
+		return
+	}
+	g.send(mc.coord, &msg{typ: typeCutAck, view: g.view.ID, member: sender})
+}
+
+func (g *GMS) onCut(m *msg, now time.Duration) {
+	if g.status != StatusMember && g.status != StatusLeaving {
+		return
+	}
+	coord, ok := g.view.Peer(m.sender)
+	if !ok {
+		return
+	}
+	switch m.kind {
+	case 0:
+		g.applyCut(coord, m.member, m.a, m.ranges, now)
+	case 1:
+		g.closeMemberCut(m.member, now)
+	}
+}
+
+func (g *GMS) closeMemberCut(sender digest.Member, now time.Duration) {
+	mc, ok := g.mcuts[sender]
+	if !ok || mc.cut == ^uint64(0) {
+		return
+	}
+	g.proto.CloseWindow(sender, now)
+	mc.cut = ^uint64(0) // closed; kept to ignore repeats
+	mc.acked = true
+}
+
+func (g *GMS) onCutAck(m *msg, now time.Duration) {
+	g.onCutAckFrom(m.sender, m.member, now)
+}
+
+func (g *GMS) onCutAckFrom(from, sender digest.Member, now time.Duration) {
+	c, ok := g.cuts[sender]
+	if !ok {
+		return
+	}
+	if c.closed {
+		if p, ok := g.view.Peer(from); ok && from != g.self.Member {
+			g.send(p, &msg{typ: typeCut, kind: 1, view: g.view.ID, member: sender})
+		}
+		return
+	}
+	c.acks[from] = true
+	g.checkCut(c, now)
+}
+
+// tickCuts resends cut requests and fixes to silent survivors (coordinator)
+// and re-checks and re-acknowledges pending cuts (survivor).
+func (g *GMS) tickCuts(now time.Duration) {
+	for _, sender := range sortedKeys(g.mcuts) {
+		mc := g.mcuts[sender]
+		if mc.cut != ^uint64(0) {
+			g.checkMemberCut(sender, mc, now)
+		}
+	}
+	if !g.IsCoordinator() {
+		return
+	}
+	for _, sender := range sortedKeys(g.cuts) {
+		c := g.cuts[sender]
+		if c.closed || now < c.resendAt {
+			continue
+		}
+		c.resendAt = now + g.cfg.ViewAckTimeout
+		for _, p := range g.view.Members {
+			if p.Member == g.self.Member {
+				continue
+			}
+			if !c.fixed {
+				if _, ok := c.reports[p.Member]; !ok {
+					g.send(p, &msg{typ: typeCutReq, view: g.view.ID, member: sender})
+				}
+			} else if !c.acks[p.Member] {
+				fix := &msg{typ: typeCut, kind: 0, view: g.view.ID, member: sender, a: c.cut}
+				fix.withRanges(c.lost)
+				g.send(p, fix)
+			}
+		}
+		g.checkCut(c, now) // the view may have shrunk
+	}
+}
+
+func (g *GMS) cutDeadlines(at func(time.Duration)) {
+	for _, mc := range g.mcuts {
+		if mc.cut != ^uint64(0) {
+			at(mc.resendAt)
+			if !mc.acked {
+				at(g.fd.nextCheck) // poll the protocol for completion
+			}
+		}
+	}
+	if g.IsCoordinator() {
+		for _, c := range g.cuts {
+			if !c.closed {
+				at(c.resendAt)
+			}
+		}
+	}
+}
+
+// sortedKeys returns m's keys in member order, for deterministic iteration.
+func sortedKeys[V any](m map[digest.Member]V) []digest.Member {
+	ks := make([]digest.Member, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.SortFunc(ks, func(a, b digest.Member) int {
+		switch {
+		case a.Less(b):
+			return -1
+		case b.Less(a):
+			return 1
+		}
+		return 0
+	})
+	return ks
+}

@@ -1,0 +1,102 @@
+// Package gms owns group membership for nakcast: views, joins, leaves,
+// failure detection, coordinator takeover, the cut of a departed sender's
+// messages, merges after a partition heals, and the digests that go with all
+// of them, plus application state transfer.
+//
+// Like nakack it is a single-goroutine state machine: it does no I/O, reads
+// no wall clock and starts no goroutine. Every entry point takes `now
+// time.Duration` (time since an arbitrary epoch chosen by the driver);
+// randomness comes from Config.Seed. Outgoing datagrams are collected in an
+// outbox (Outbox/ClearOutbox) that the driver sends: To is the zero Peer for
+// a multicast to the group, otherwise a unicast to To.Addr. gms drives the
+// reliable-multicast layer through the Protocol interface (implemented by
+// nakack, or by a fake in tests) and never touches sockets (engine/ does).
+//
+// # The view/digest rule (seed 002)
+//
+// Whoever hands a member a digest together with a view (a JoinRsp, a merge
+// view) builds it as a digest.MutableDigest over the new view's members with
+// every entry unset, fills it from the protocol (a joiner's own entry is 0:
+// its incarnation is new) and sends nothing while any entry is still unset:
+// the coordinator retries a bounded number of times (Config.DigestRetries)
+// and otherwise drops the join (the joiner retries). A joiner accepts a
+// JoinRsp only if the view names it, the view is well formed and the digest
+// covers exactly the view's members with its own entry at 0. A merge view
+// leaves out members that no partition's digest covers: nobody is ever given
+// a zero entry for a member it knows nothing about.
+//
+// # Joins
+//
+// A joiner discovers the coordinator (a multicast Discovery answered by
+// members, or Config.InitialHosts for networks without multicast), sends
+// JOIN_REQ with a new incarnation each time, and retries with exponential
+// backoff until a valid JoinRsp arrives or Config.MaxJoinAttempts is spent
+// (ErrJoinFailed). A JoinRsp for any incarnation of the current join attempt
+// is accepted, so a lost JoinRsp does not cost a whole view change. If nobody
+// answers discovery and Config.CreateGroup is set, the member founds a
+// singleton group.
+//
+// The coordinator handles one view change at a time and batches every queued
+// join, leave and exclusion into it. For joins it captures the digest through
+// Protocol.CaptureDigest (stability is then suspended group-wide at the
+// captured point), multicasts the view to the existing members, sends the
+// joiners their JoinRsp, resends both to members that have not acknowledged
+// within Config.ViewAckTimeout, and releases the capture once every member of
+// the new view has acknowledged. After Config.ViewChangeTimeout it gives up
+// waiting: the capture is released and joiners that never acknowledged are
+// excluded by the next view change (they retry with a new incarnation).
+//
+// # Leaves, failures, cuts
+//
+// A graceful leave sends LEAVE with the leaver's highest seqno to the
+// coordinator and keeps answering retransmissions until LeaveRsp. Members
+// multicast heartbeats; a member silent for Config.SuspectTimeout is probed
+// directly and, if the probe is not answered within Config.ProbeTimeout,
+// suspected: the coordinator excludes it. If the coordinator itself is
+// suspected, the first member of the view that is not suspected takes over
+// with a view that excludes it.
+//
+// When a view excludes a sender the coordinator fixes its cut (design.md,
+// "Crashed senders"): it collects from every survivor its delivered,
+// received and missing ranges for that sender, picks the cut (the highest
+// seqno any survivor received, or the leaver's announced highest), computes
+// the ranges no survivor holds and multicasts the cut with them; every
+// survivor has the protocol fetch the rest from its peers and report the
+// lost ranges, acknowledges once it holds everything up to the cut, and
+// closes the window when the coordinator says every survivor has
+// acknowledged.
+//
+// # Merges
+//
+// Coordinators put their view id in their heartbeats; a coordinator that
+// hears another group's coordinator starts a merge if its member id is the
+// smaller. Both capture their digests; the leader builds the merge view (its
+// members, then the others', counter above both) and its digest by merging
+// the partitions' digests, leaving out members no digest covers; members
+// install it and call Protocol.MergeDigest; captures are released when every
+// member has acknowledged, or on timeout.
+//
+// # State transfer
+//
+// RequestState asks a provider (the coordinator first) for the application
+// state. The provider takes the application state and captures the digest at
+// the same point (no delivery between the two calls), and streams the state
+// in chunks over unicast with a bounded window of unacknowledged chunks. The
+// requester installs the state, calls Protocol.OverwriteDigest (seed 003) and
+// acknowledges; the provider releases its capture on that acknowledgement. A
+// requester that does not complete within Config.StateTimeout aborts and
+// retries another member; the provider holds its capture for twice that, so
+// nothing the requester may still install is ever purged under it.
+//
+// # Wire
+//
+// Membership datagrams use wire's common 24-byte header with the types wire
+// reserves (16..31 membership, 32..39 state transfer). Every body has the
+// same layout: a fixed part (FixedLen bytes, counted in the header length so
+// that a newer minor version may append fixed fields that older receivers
+// skip) followed by optional sections flagged in the fixed part. See msg.go.
+// Decoders validate every length and never panic; they are fuzzed.
+//
+// gms must not do I/O, read the wall clock, or hold NAKACK rules (those are
+// nakack's: gms decides views, cuts and digests and tells the protocol).
+package gms

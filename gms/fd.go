@@ -1,0 +1,305 @@
+package gms
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+)
+
+var (
+	errNotInView = errors.New("view does not contain the joiner")
+	errOwnEntry  = errors.New("joiner's own digest entry is not 0")
+)
+
+// fdState is failure detection: heartbeats, probes and suspicions.
+type fdState struct {
+	lastHeard map[digest.Member]time.Duration
+	probing   map[digest.Member]time.Duration // probe deadline
+	suspected map[digest.Member]bool
+	nextHB    time.Duration
+	nextCheck time.Duration
+	resendAt  time.Duration // next resend of our suspicions
+	nonce     uint64
+}
+
+func (f *fdState) init() {
+	*f = fdState{
+		lastHeard: make(map[digest.Member]time.Duration),
+		probing:   make(map[digest.Member]time.Duration),
+		suspected: make(map[digest.Member]bool),
+	}
+}
+
+func (f *fdState) heard(m digest.Member, now time.Duration) {
+	if _, ok := f.lastHeard[m]; ok {
+		f.lastHeard[m] = now
+	}
+}
+
+// viewChanged starts watching v's new members and forgets departed ones.
+func (f *fdState) viewChanged(v View, now time.Duration) {
+	for m := range f.lastHeard {
+		if !v.Contains(m) {
+			delete(f.lastHeard, m)
+			delete(f.probing, m)
+			delete(f.suspected, m)
+		}
+	}
+	for _, p := range v.Members {
+		if _, ok := f.lastHeard[p.Member]; !ok {
+			f.lastHeard[p.Member] = now
+		}
+	}
+	if f.nextCheck == 0 {
+		f.nextCheck = now
+	}
+}
+
+// tickFD sends heartbeats, probes silent members and suspects those whose
+// probe went unanswered.
+func (g *GMS) tickFD(now time.Duration) {
+	f := &g.fd
+	if now < f.nextCheck {
+		return
+	}
+	if now >= f.nextHB {
+		hb := &msg{typ: typeHeartbeat, view: g.view.ID}
+		if g.IsCoordinator() {
+			hb.kind = 1
+		}
+		hb.withAddr(g.cfg.Addr)
+		g.multicast(hb)
+		f.nextHB = now + g.cfg.HeartbeatInterval
+	}
+	newSuspect := false
+	for _, p := range g.view.Members {
+		m := p.Member
+		if m == g.self.Member || f.suspected[m] {
+			continue
+		}
+		if dl, ok := f.probing[m]; ok {
+			if now >= dl {
+				delete(f.probing, m)
+				if f.lastHeard[m] < dl-g.cfg.ProbeTimeout {
+					f.suspected[m] = true
+					g.stats.Suspicions++
+					newSuspect = true
+					g.log.Info("gms: suspect", "self", g.self.Member, "member", m)
+				}
+			}
+			continue
+		}
+		if now-f.lastHeard[m] >= g.cfg.SuspectTimeout {
+			f.nonce++
+			pr := &msg{typ: typeProbe, kind: 0, id: f.nonce}
+			pr.withAddr(g.cfg.Addr)
+			g.send(p, pr)
+			f.probing[m] = now + g.cfg.ProbeTimeout
+		}
+	}
+	if newSuspect || (len(f.suspected) > 0 && now >= f.resendAt) {
+		f.resendAt = now + g.cfg.SuspectTimeout/2
+		g.actOnSuspects(now)
+	}
+	f.nextCheck = now + g.fdInterval()
+}
+
+func (g *GMS) fdInterval() time.Duration {
+	return min(g.cfg.HeartbeatInterval, g.cfg.ProbeTimeout/2, g.cfg.ViewAckTimeout)
+}
+
+// suspects returns our suspected members in view order.
+func (g *GMS) suspects() []digest.Member {
+	var s []digest.Member
+	for _, p := range g.view.Members {
+		if g.fd.suspected[p.Member] {
+			s = append(s, p.Member)
+		}
+	}
+	return s
+}
+
+// actOnSuspects excludes suspects as coordinator, takes over when the
+// coordinator is suspected and we are the first member not suspected, or
+// reports the suspects to whoever coordinates.
+func (g *GMS) actOnSuspects(now time.Duration) {
+	s := g.suspects()
+	if len(s) == 0 {
+		return
+	}
+	if g.IsCoordinator() {
+		for _, m := range s {
+			g.queueExclusion(m)
+		}
+		g.tryViewChange(now)
+		return
+	}
+	next := g.firstUnsuspected(nil)
+	if next.Member == g.self.Member {
+		g.takeOver(s, now)
+		return
+	}
+	r := &msg{typ: typeSuspect, view: g.view.ID}
+	r.withMembers(s)
+	g.send(next, r)
+}
+
+// firstUnsuspected returns the first member of the view that neither we nor
+// extra suspect.
+func (g *GMS) firstUnsuspected(extra []digest.Member) Peer {
+	for _, p := range g.view.Members {
+		if !g.fd.suspected[p.Member] && !slices.Contains(extra, p.Member) {
+			return p
+		}
+	}
+	return g.self
+}
+
+// takeOver makes us the coordinator in place of a suspected (or leaving)
+// one: the next view, which we install, excludes every suspect.
+func (g *GMS) takeOver(excl []digest.Member, now time.Duration) {
+	if !g.coord.takeover {
+		g.log.Info("gms: taking over as coordinator", "self", g.self.Member, "view", g.view)
+	}
+	g.coord.takeover = true
+	for _, m := range excl {
+		g.queueExclusion(m)
+	}
+	g.tryViewChange(now)
+}
+
+func (g *GMS) onHeartbeat(m *msg, now time.Duration) {
+	if m.kind == 1 && g.IsCoordinator() && m.view != g.view.ID && m.addr != "" {
+		g.mergeCandidate(Peer{Member: m.sender, Addr: m.addr}, m.view, now)
+	}
+}
+
+func (g *GMS) onProbe(m *msg, now time.Duration) {
+	switch m.kind {
+	case 0:
+		if g.status == StatusMember || g.status == StatusLeaving {
+			r := &msg{typ: typeProbe, kind: 1, id: m.id}
+			g.send(Peer{Member: m.sender, Addr: m.addr}, r)
+		}
+	case 1:
+		delete(g.fd.probing, m.sender)
+	}
+}
+
+// onSuspect: the sender suspects members. A coordinator excludes them; a
+// member that the sender believes is next in line probes the coordinator
+// itself before taking over.
+func (g *GMS) onSuspect(m *msg, now time.Duration) {
+	if g.status != StatusMember || m.view != g.view.ID {
+		return
+	}
+	if g.IsCoordinator() {
+		for _, s := range m.members {
+			if s != g.self.Member && g.view.Contains(s) {
+				g.queueExclusion(s)
+			}
+		}
+		g.tryViewChange(now)
+		return
+	}
+	// Verify: probe each suspect we have not suspected ourselves.
+	for _, s := range m.members {
+		if p, ok := g.view.Peer(s); ok && s != g.self.Member && !g.fd.suspected[s] {
+			if _, probing := g.fd.probing[s]; !probing {
+				g.fd.nonce++
+				pr := &msg{typ: typeProbe, kind: 0, id: g.fd.nonce}
+				pr.withAddr(g.cfg.Addr)
+				g.send(p, pr)
+				g.fd.probing[s] = now + g.cfg.ProbeTimeout
+				g.fd.lastHeard[s] = min(g.fd.lastHeard[s], now-g.cfg.SuspectTimeout)
+			}
+		}
+	}
+}
+
+// leaveState is a graceful leave in progress.
+type leaveState struct {
+	highest  uint64
+	target   Peer
+	resendAt time.Duration
+	deadline time.Duration
+}
+
+// Leave leaves the group gracefully: the coordinator installs a view without
+// us, survivors complete our messages up to our highest seqno (we keep
+// answering retransmissions), then LeaveRsp ends it (Listener.Left(nil)).
+// The application must stop sending before calling Leave.
+func (g *GMS) Leave(now time.Duration) error {
+	if g.status != StatusMember {
+		return ErrNotMember
+	}
+	others := len(g.view.Members) - 1
+	if others == 0 {
+		g.exit(nil, now)
+		return nil
+	}
+	var highest uint64
+	if e, ok := g.proto.Digest().Lookup(g.self.Member); ok {
+		highest = e.Received
+	}
+	// A leaving coordinator abandons its tasks; the next member takes over.
+	if g.IsCoordinator() {
+		g.releaseAll(now)
+		g.coord = coordState{}
+		g.merge = nil
+	}
+	g.status = StatusLeaving
+	g.leave = leaveState{highest: highest, deadline: now + g.cfg.LeaveTimeout}
+	g.sendLeave(now)
+	return nil
+}
+
+func (g *GMS) sendLeave(now time.Duration) {
+	g.leave.target = g.firstUnsuspected([]digest.Member{g.self.Member})
+	g.send(g.leave.target, &msg{typ: typeLeave, kind: 0, view: g.view.ID, a: g.leave.highest})
+	g.leave.resendAt = now + 2*g.cfg.ViewAckTimeout
+}
+
+func (g *GMS) tickLeave(now time.Duration) {
+	if now >= g.leave.deadline {
+		g.log.Warn("gms: leave timed out", "self", g.self.Member)
+		g.exit(nil, now)
+		return
+	}
+	if now >= g.leave.resendAt {
+		g.sendLeave(now)
+	}
+}
+
+// onLeave: kind 0 a member leaves (to the coordinator, or to the next in
+// line when the coordinator itself leaves); kind 1 our leave is complete.
+func (g *GMS) onLeave(m *msg, now time.Duration) {
+	if m.kind == 1 {
+		if g.status == StatusLeaving {
+			g.exit(nil, now)
+		}
+		return
+	}
+	if g.status != StatusMember {
+		return
+	}
+	d := departure{member: m.sender, highest: m.a, graceful: true}
+	if !g.view.Contains(m.sender) {
+		// Already out: answer once its cut is closed.
+		if c, ok := g.cuts[m.sender]; ok && c.closed && g.IsCoordinator() {
+			g.send(c.dep.peer, &msg{typ: typeLeave, kind: 1})
+		}
+		return
+	}
+	if g.IsCoordinator() {
+		g.queueLeave(d)
+		g.tryViewChange(now)
+		return
+	}
+	if m.sender == g.view.Coord().Member && g.firstUnsuspected([]digest.Member{m.sender}).Member == g.self.Member {
+		g.queueLeave(d)
+		g.takeOver(nil, now)
+	}
+}

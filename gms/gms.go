@@ -1,0 +1,308 @@
+package gms
+
+import (
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+)
+
+// Never is NextDeadline's answer when no timer is pending.
+const Never time.Duration = 1<<63 - 1
+
+// Stats counts what a GMS did. Every field only grows.
+type Stats struct {
+	Malformed        uint64 // datagrams that failed to decode
+	ViewsInstalled   uint64 // views this member installed
+	JoinRspRejected  uint64 // JoinRsps the joiner refused (view/digest mismatch, not for us)
+	JoinRspSent      uint64 // JoinRsps sent (resends included)
+	JoinDigestRetry  uint64 // join digests that had an unset entry (seed 002)
+	JoinsDropped     uint64 // joins given up after DigestRetries (no JoinRsp sent)
+	JoinAttempts     uint64 // JOIN_REQs sent
+	ViewChangeAborts uint64 // view changes that timed out waiting for acks
+	Suspicions       uint64 // members this member suspected
+	CutsClosed       uint64 // departed senders' cuts closed (coordinator)
+	Merges           uint64 // merge views installed by this member as leader
+	MergeLeftOut     uint64 // members left out of a merge view (no digest entry)
+	StateInstalled   uint64 // state transfers completed as requester
+	StateAborted     uint64 // state transfers aborted (requester timeouts)
+	StateServed      uint64 // state transfers completed as provider
+}
+
+// GMS is one member's group membership state machine. It is not safe for
+// concurrent use: one goroutine calls every method.
+type GMS struct {
+	cfg    Config
+	log    *slog.Logger
+	rng    *rand.Rand
+	status Status
+	inc    uint32 // last incarnation used
+	self   Peer   // current incarnation and address
+	proto  Protocol
+	view   View
+	// maxCounter is the highest view counter this member has seen; a view it
+	// installs as coordinator takes maxCounter+1.
+	maxCounter uint64
+	out        []Outgoing
+	stats      Stats
+	gaps       []Range // scratch for SenderState
+
+	join  joinState
+	coord coordState
+	fd    fdState
+	leave leaveState
+	cuts  map[digest.Member]*cutState  // coordinator side
+	mcuts map[digest.Member]*memberCut // member side
+	merge *mergeState                  // as merge leader
+	hold  *mergeHold                   // as another coordinator of a merge
+	xfer  *xferReq                     // as state requester
+	prov  map[uint64]*xferProv         // as state provider
+	done  xferDone                     // last completed transfer, to re-acknowledge
+}
+
+// New returns a GMS in StatusIdle. Call Join to enter a group.
+func New(cfg Config) (*GMS, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	g := &GMS{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.ID)),
+		cuts:  make(map[digest.Member]*cutState),
+		mcuts: make(map[digest.Member]*memberCut),
+		prov:  make(map[uint64]*xferProv),
+	}
+	g.self = Peer{Member: digest.Member{ID: cfg.ID}, Addr: cfg.Addr}
+	g.fd.init()
+	return g, nil
+}
+
+// Status returns where this member stands.
+func (g *GMS) Status() Status { return g.status }
+
+// Self returns this member's current incarnation and address.
+func (g *GMS) Self() Peer { return g.self }
+
+// View returns the installed view (the zero View when not a member).
+func (g *GMS) View() View { return g.view }
+
+// Protocol returns the protocol of the current incarnation, or nil when not
+// a member. The driver hands it every non-membership datagram.
+func (g *GMS) Protocol() Protocol { return g.proto }
+
+// IsCoordinator reports whether this member coordinates its view.
+func (g *GMS) IsCoordinator() bool {
+	return g.status == StatusMember && (g.view.Coord().Member == g.self.Member || g.coord.takeover)
+}
+
+// Stats returns the counters.
+func (g *GMS) Stats() Stats { return g.stats }
+
+// Outbox returns the datagrams produced since the last ClearOutbox. The
+// slices stay valid until ClearOutbox.
+func (g *GMS) Outbox() []Outgoing { return g.out }
+
+// ClearOutbox forgets the outbox once the driver has sent it.
+func (g *GMS) ClearOutbox() {
+	clear(g.out)
+	g.out = g.out[:0]
+}
+
+// send encodes m from this member's current identity and queues it.
+func (g *GMS) send(to Peer, m *msg) {
+	b, err := m.encode(g.cfg.Group, g.self.Member)
+	if err != nil {
+		g.log.Error("gms: encode", "type", m.typ, "err", err)
+		return
+	}
+	g.out = append(g.out, Outgoing{To: to, Data: b})
+}
+
+func (g *GMS) multicast(m *msg) { g.send(Peer{}, m) }
+
+func (g *GMS) sendRaw(to Peer, b []byte) { g.out = append(g.out, Outgoing{To: to, Data: b}) }
+
+// Receive handles one membership datagram (IsMembership of its type).
+func (g *GMS) Receive(b []byte, now time.Duration) error {
+	m, err := decode(b, g.cfg.Group)
+	if err != nil {
+		g.stats.Malformed++
+		return err
+	}
+	if m.sender == g.self.Member {
+		return nil // our own multicast looped back
+	}
+	g.fd.heard(m.sender, now)
+	switch m.typ {
+	case typeDiscovery:
+		g.onDiscovery(m, now)
+	case typeJoinReq:
+		g.onJoinReq(m, now)
+	case typeJoinRsp:
+		g.onJoinRsp(m, now)
+	case typeView:
+		g.onView(m, now)
+	case typeViewAck:
+		g.onViewAck(m, now)
+	case typeLeave:
+		g.onLeave(m, now)
+	case typeHeartbeat:
+		g.onHeartbeat(m, now)
+	case typeProbe:
+		g.onProbe(m, now)
+	case typeSuspect:
+		g.onSuspect(m, now)
+	case typeMergeReq:
+		g.onMergeReq(m, now)
+	case typeMergeRsp:
+		g.onMergeRsp(m, now)
+	case typeMergeDone:
+		g.onMergeDone(m, now)
+	case typeCutReq:
+		g.onCutReq(m, now)
+	case typeCutReport:
+		g.onCutReport(m, now)
+	case typeCut:
+		g.onCut(m, now)
+	case typeCutAck:
+		g.onCutAck(m, now)
+	case typeStateReq:
+		g.onStateReq(m, now)
+	case typeStateChunk:
+		g.onStateChunk(m, now)
+	case typeStateAck:
+		g.onStateAck(m, now)
+	case typeStateDone:
+		g.onStateDone(m, now)
+	}
+	return nil
+}
+
+// Tick fires every timer due at or before now.
+func (g *GMS) Tick(now time.Duration) {
+	switch g.status {
+	case StatusJoining:
+		g.tickJoin(now)
+	case StatusLeaving:
+		g.tickLeave(now)
+	case StatusMember:
+		g.tickFD(now)
+		if g.status != StatusMember {
+			return
+		}
+		g.tickCoord(now)
+		g.tickCuts(now)
+		g.tickMerge(now)
+		g.tickState(now)
+	}
+	if g.status == StatusLeaving {
+		g.tickCuts(now) // a leaver keeps acknowledging cuts it is part of
+	}
+}
+
+// NextDeadline returns when Tick should be called next, or Never.
+func (g *GMS) NextDeadline() time.Duration {
+	d := Never
+	at := func(t time.Duration) {
+		if t > 0 && t < d {
+			d = t
+		}
+	}
+	switch g.status {
+	case StatusJoining:
+		at(g.join.deadline)
+	case StatusLeaving:
+		at(g.leave.resendAt)
+		at(g.leave.deadline)
+	case StatusMember:
+		at(g.fd.nextCheck)
+		g.coordDeadlines(at)
+		g.cutDeadlines(at)
+		g.mergeDeadlines(at)
+		g.stateDeadlines(at)
+	}
+	return d
+}
+
+// installView installs v with the protocol and resets what depends on the
+// view. joinDigest is non-zero only for the joiner.
+func (g *GMS) installView(v View, joinDigest digest.Digest, now time.Duration) {
+	g.view = v
+	g.maxCounter = max(g.maxCounter, v.ID.Counter)
+	g.proto.InstallView(v, joinDigest, now)
+	g.stats.ViewsInstalled++
+	g.fd.viewChanged(v, now)
+	if v.Coord().Member == g.self.Member {
+		g.coord.takeover = false
+	}
+	g.log.Debug("gms: view installed", "self", g.self.Member, "view", v)
+	if g.cfg.Listener != nil {
+		g.cfg.Listener.ViewInstalled(v)
+	}
+}
+
+// becomeMember starts the protocol for incarnation self.
+func (g *GMS) becomeMember(now time.Duration) error {
+	p, err := g.cfg.NewProtocol(g.self.Member, now)
+	if err != nil {
+		return err
+	}
+	g.proto = p
+	g.status = StatusMember
+	g.join = joinState{}
+	return nil
+}
+
+// exit leaves the group locally: the protocol is dropped, every
+// membership task abandoned (captures held as provider or coordinator are
+// released first), and the listener told why.
+func (g *GMS) exit(reason error, now time.Duration) {
+	if g.proto != nil {
+		g.releaseAll(now)
+	}
+	g.status = StatusIdle
+	g.proto = nil
+	g.view = View{}
+	g.coord = coordState{}
+	g.leave = leaveState{}
+	g.fd.init()
+	clear(g.cuts)
+	clear(g.mcuts)
+	g.merge, g.hold = nil, nil
+	if g.xfer != nil && g.cfg.Listener != nil {
+		g.cfg.Listener.StateInstalled(ErrNotMember)
+	}
+	g.xfer = nil
+	if reason != nil {
+		g.log.Info("gms: left the group", "self", g.self.Member, "reason", reason)
+	}
+	if g.cfg.Listener != nil {
+		g.cfg.Listener.Left(reason)
+	}
+}
+
+// releaseAll releases every capture this member holds.
+func (g *GMS) releaseAll(now time.Duration) {
+	if vc := g.coord.vc; vc != nil && vc.captured {
+		g.proto.ReleaseCapture(vc.capID, now)
+		vc.captured = false
+	}
+	if g.merge != nil && g.merge.captured {
+		g.proto.ReleaseCapture(g.merge.capID, now)
+		g.merge.captured = false
+	}
+	if g.hold != nil {
+		g.proto.ReleaseCapture(g.hold.capID, now)
+		g.hold = nil
+	}
+	for _, id := range sortedIDs(g.prov) {
+		g.proto.ReleaseCapture(g.prov[id].capID, now)
+		delete(g.prov, id)
+	}
+}
+
+// errNoView is returned by operations that need a view.
+var errNoView = errors.New("gms: no view")

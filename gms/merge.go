@@ -1,0 +1,251 @@
+package gms
+
+import (
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+)
+
+// mergeState is the merge leader's side.
+type mergeState struct {
+	id        uint64
+	others    []Peer // the other coordinators
+	rsps      map[digest.Member]*msg
+	captured  bool
+	capID     uint64
+	own       digest.Digest
+	deadline  time.Duration
+	installed bool
+	view      View
+	dig       digest.Digest
+	viewMsg   []byte
+	acks      map[digest.Member]bool
+	resendAt  time.Duration
+}
+
+// mergeHold is another coordinator's side: its capture, held until the
+// leader says the merge is done or cancelled.
+type mergeHold struct {
+	id       uint64
+	leader   digest.Member
+	capID    uint64
+	deadline time.Duration
+}
+
+// mergeCandidate is called when a coordinator hears another group's
+// coordinator: the one with the smaller member id leads the merge.
+func (g *GMS) mergeCandidate(other Peer, otherView digest.ViewID, now time.Duration) {
+	if g.merge != nil || g.hold != nil || g.coord.vc != nil || !g.self.Member.Less(other.Member) {
+		return
+	}
+	g.maxCounter = max(g.maxCounter, otherView.Counter)
+	ms := &mergeState{id: g.rng.Uint64() | 1, others: []Peer{other}, rsps: make(map[digest.Member]*msg),
+		deadline: now + g.cfg.MergeTimeout}
+	ms.capID, ms.own = g.proto.CaptureDigest(now)
+	ms.captured = true
+	g.merge = ms
+	g.log.Info("gms: merge started", "self", g.self.Member, "with", other.Member)
+	for _, o := range ms.others {
+		r := &msg{typ: typeMergeReq, id: ms.id, view: g.view.ID}
+		r.withAddr(g.cfg.Addr)
+		g.send(o, r)
+	}
+}
+
+// onMergeReq: another group's coordinator leads a merge; answer with our
+// view and a captured digest, or refuse if busy.
+func (g *GMS) onMergeReq(m *msg, now time.Duration) {
+	leader := Peer{Member: m.sender, Addr: m.addr}
+	if !g.IsCoordinator() || m.addr == "" {
+		return
+	}
+	if h := g.hold; h != nil && h.id == m.id {
+		return // a repeat; our answer is on its way or lost with the merge
+	}
+	if g.merge != nil || g.hold != nil || g.coord.vc != nil || !m.sender.Less(g.self.Member) {
+		g.send(leader, &msg{typ: typeMergeRsp, kind: 1, id: m.id})
+		return
+	}
+	g.maxCounter = max(g.maxCounter, m.view.Counter)
+	capID, d := g.proto.CaptureDigest(now)
+	g.hold = &mergeHold{id: m.id, leader: m.sender, capID: capID, deadline: now + 2*g.cfg.MergeTimeout}
+	r := &msg{typ: typeMergeRsp, kind: 0, id: m.id}
+	r.withView(g.view).withDigest(d)
+	g.send(leader, r)
+}
+
+func (g *GMS) onMergeRsp(m *msg, now time.Duration) {
+	ms := g.merge
+	if ms == nil || m.id != ms.id || ms.installed {
+		return
+	}
+	if m.kind == 1 || !m.has(secView) || !m.has(secDigest) || m.v.validate() != nil {
+		g.cancelMerge(now)
+		return
+	}
+	ms.rsps[m.sender] = m
+	for _, o := range ms.others {
+		if ms.rsps[o.Member] == nil {
+			return
+		}
+	}
+	g.installMerge(now)
+}
+
+// installMerge builds the merge view and its digest and installs it. The
+// digest merges every partition's captured digest over the merge view;
+// members that no digest covers are left out of the view (seed 002: never a
+// zero entry).
+func (g *GMS) installMerge(now time.Duration) {
+	ms := g.merge
+	members := []Peer{g.self}
+	counter := g.maxCounter
+	add := func(v View) {
+		counter = max(counter, v.ID.Counter)
+		for _, p := range v.Members {
+			if !containsPeer(members, p.Member) {
+				members = append(members, p)
+			}
+		}
+	}
+	add(g.view)
+	digests := []digest.Digest{ms.own}
+	for _, o := range ms.others {
+		r := ms.rsps[o.Member]
+		add(r.v)
+		digests = append(digests, r.dig)
+	}
+	ids := make([]digest.Member, len(members))
+	for i, p := range members {
+		ids[i] = p.Member
+	}
+	md := digest.NewMutable(ids)
+	for _, d := range digests {
+		md.MergeDigest(d)
+	}
+	if unset := md.Unset(); len(unset) > 0 {
+		g.stats.MergeLeftOut += uint64(len(unset))
+		g.log.Warn("gms: members without digest entry left out of merge view", "members", unset)
+		kept := members[:0]
+		for _, p := range members {
+			if md.IsSet(p.Member) {
+				kept = append(kept, p)
+			}
+		}
+		members = kept
+		ids = ids[:0]
+		for _, p := range members {
+			ids = append(ids, p.Member)
+		}
+		md = digest.NewMutable(ids)
+		for _, d := range digests {
+			md.MergeDigest(d)
+		}
+	}
+	d, err := md.Complete()
+	if err != nil || len(members) == 0 || members[0].Member != g.self.Member {
+		g.log.Error("gms: merge digest", "err", err)
+		g.cancelMerge(now)
+		return
+	}
+	v := View{ID: digest.ViewID{Coord: g.self.Member, Counter: counter + 1}, Members: members}
+	vm := &msg{typ: typeView, kind: 1, view: v.ID, id: ms.id}
+	vm.withView(v).withDigest(d)
+	b, err := vm.encode(g.cfg.Group, g.self.Member)
+	if err != nil {
+		g.log.Error("gms: encode merge view", "err", err)
+		g.cancelMerge(now)
+		return
+	}
+	ms.installed, ms.view, ms.dig, ms.viewMsg = true, v, d, b
+	ms.acks = map[digest.Member]bool{g.self.Member: true}
+	ms.resendAt = now + g.cfg.ViewAckTimeout
+	ms.deadline = now + g.cfg.MergeTimeout
+	g.stats.Merges++
+	g.log.Info("gms: merge view", "view", v, "digest", d)
+	g.sendRaw(Peer{}, b)
+	g.installView(v, digest.Digest{}, now)
+	g.proto.MergeDigest(d, now)
+	g.checkMerge(now)
+}
+
+func containsPeer(ps []Peer, m digest.Member) bool {
+	for _, p := range ps {
+		if p.Member == m {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *GMS) checkMerge(now time.Duration) {
+	ms := g.merge
+	for _, p := range ms.view.Members {
+		if !ms.acks[p.Member] {
+			return
+		}
+	}
+	g.endMerge(0, now)
+}
+
+func (g *GMS) cancelMerge(now time.Duration) {
+	g.log.Info("gms: merge cancelled", "self", g.self.Member)
+	g.endMerge(1, now)
+}
+
+// endMerge tells the other coordinators to release their captures (kind 0
+// done, 1 cancelled) and releases ours.
+func (g *GMS) endMerge(kind uint8, now time.Duration) {
+	ms := g.merge
+	g.merge = nil
+	for _, o := range ms.others {
+		g.send(o, &msg{typ: typeMergeDone, kind: kind, id: ms.id})
+	}
+	if ms.captured {
+		g.proto.ReleaseCapture(ms.capID, now)
+	}
+	g.tryViewChange(now)
+}
+
+func (g *GMS) onMergeDone(m *msg, now time.Duration) {
+	if h := g.hold; h != nil && h.id == m.id && h.leader == m.sender {
+		g.proto.ReleaseCapture(h.capID, now)
+		g.hold = nil
+		g.tryViewChange(now)
+	}
+}
+
+func (g *GMS) tickMerge(now time.Duration) {
+	if h := g.hold; h != nil && now >= h.deadline {
+		g.proto.ReleaseCapture(h.capID, now)
+		g.hold = nil
+	}
+	ms := g.merge
+	if ms == nil {
+		return
+	}
+	if now >= ms.deadline {
+		g.cancelMerge(now)
+		return
+	}
+	if ms.installed && now >= ms.resendAt {
+		ms.resendAt = now + g.cfg.ViewAckTimeout
+		for _, p := range ms.view.Members {
+			if !ms.acks[p.Member] {
+				g.sendRaw(p, ms.viewMsg)
+			}
+		}
+	}
+}
+
+func (g *GMS) mergeDeadlines(at func(time.Duration)) {
+	if g.hold != nil {
+		at(g.hold.deadline)
+	}
+	if ms := g.merge; ms != nil {
+		at(ms.deadline)
+		if ms.installed {
+			at(ms.resendAt)
+		}
+	}
+}

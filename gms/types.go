@@ -1,0 +1,338 @@
+package gms
+
+import (
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+)
+
+// Peer is a member together with its unicast address. Addr is opaque to gms
+// (for example "10.0.0.1:7800"): the driver maps it to a transport address.
+type Peer struct {
+	Member digest.Member
+	Addr   string
+}
+
+// IsZero reports whether p is the zero Peer, which as an Outgoing destination
+// means multicast to the group.
+func (p Peer) IsZero() bool { return p.Member.IsZero() && p.Addr == "" }
+
+// String formats p as "member@addr".
+func (p Peer) String() string { return p.Member.String() + "@" + p.Addr }
+
+// View is a group view: its id and its members in order, the coordinator
+// first. Views are immutable once built: never modify Members in place.
+type View struct {
+	ID      digest.ViewID
+	Members []Peer
+}
+
+// IsZero reports whether v is the zero View (no view).
+func (v View) IsZero() bool { return v.ID.IsZero() && len(v.Members) == 0 }
+
+// Coord returns the coordinator (the first member), or the zero Peer.
+func (v View) Coord() Peer {
+	if len(v.Members) == 0 {
+		return Peer{}
+	}
+	return v.Members[0]
+}
+
+// Index returns m's position in the view, or -1.
+func (v View) Index(m digest.Member) int {
+	for i, p := range v.Members {
+		if p.Member == m {
+			return i
+		}
+	}
+	return -1
+}
+
+// Contains reports whether m is a member of v.
+func (v View) Contains(m digest.Member) bool { return v.Index(m) >= 0 }
+
+// Peer returns the peer for m and whether m is a member of v.
+func (v View) Peer(m digest.Member) (Peer, bool) {
+	if i := v.Index(m); i >= 0 {
+		return v.Members[i], true
+	}
+	return Peer{}, false
+}
+
+// IDs returns a new slice of v's members' ids in view order.
+func (v View) IDs() []digest.Member {
+	ms := make([]digest.Member, len(v.Members))
+	for i, p := range v.Members {
+		ms[i] = p.Member
+	}
+	return ms
+}
+
+// Equal reports whether v and o have the same id and the same members in the
+// same order.
+func (v View) Equal(o View) bool { return v.ID == o.ID && slices.Equal(v.Members, o.Members) }
+
+// String formats v as "coord#n[a.1 b.1]".
+func (v View) String() string {
+	var b strings.Builder
+	b.WriteString(v.ID.String())
+	b.WriteByte('[')
+	for i, p := range v.Members {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(p.Member.String())
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+// validate checks that v is well formed: a non-zero id whose coordinator is
+// the first member, no zero and no repeated member.
+func (v View) validate() error {
+	if v.ID.IsZero() || len(v.Members) == 0 {
+		return errors.New("empty view")
+	}
+	if v.Members[0].Member != v.ID.Coord {
+		return errors.New("view coordinator is not its first member")
+	}
+	for i, p := range v.Members {
+		if p.Member.IsZero() {
+			return errors.New("zero member in view")
+		}
+		for _, q := range v.Members[:i] {
+			if q.Member == p.Member {
+				return errors.New("member listed twice in view")
+			}
+		}
+	}
+	return nil
+}
+
+// Range is an inclusive range of seqnos.
+type Range struct{ From, To uint64 }
+
+// Protocol is what gms needs from the reliable-multicast layer (nakack). gms
+// calls it from the goroutine that drives gms, never concurrently.
+type Protocol interface {
+	// InstallView installs v. joinDigest is the JoinRsp digest when this
+	// member joins with v, the zero Digest otherwise: members new in v get
+	// windows from it, or at 0 for brand-new joiners when it is zero. A
+	// sender that left v keeps its window until CloseWindow.
+	InstallView(v View, joinDigest digest.Digest, now time.Duration)
+	// Digest returns the live digest.
+	Digest() digest.Digest
+	// CaptureDigest returns the digest at this point and suspends stability
+	// at it (the member advertises the captured delivered values) until the
+	// capture id is released. Captures nest: stability stays suspended at
+	// the oldest capture held.
+	CaptureDigest(now time.Duration) (id uint64, d digest.Digest)
+	// ReleaseCapture ends the capture id.
+	ReleaseCapture(id uint64, now time.Duration)
+	// MergeDigest folds a merge view's digest in: windows behind are raised
+	// (never our own), what the holder purged and we never got is reported
+	// lost, senders we have no window for get one.
+	MergeDigest(d digest.Digest, now time.Duration)
+	// OverwriteDigest installs a state transfer digest (seed 003): own send
+	// seqno kept, every window set to the digest's delivered value.
+	OverwriteDigest(d digest.Digest, now time.Duration)
+	// SenderState reports this member's window for sender: highest
+	// delivered, highest received and the missing ranges in (delivered,
+	// received], appended to gaps. ok is false if there is no window.
+	SenderState(sender digest.Member, gaps []Range) (delivered, received uint64, gapsOut []Range, ok bool)
+	// CompleteCut fixes a departed sender's last seqno: the protocol fetches
+	// what it lacks up to cut from its peers and reports the ranges in lost
+	// as lost (they will never come).
+	CompleteCut(sender digest.Member, cut uint64, lost []Range, now time.Duration)
+	// CloseWindow drops a departed sender's window once every survivor has
+	// acknowledged its cut.
+	CloseWindow(sender digest.Member, now time.Duration)
+}
+
+// StateApp is the application side of state transfer. gms calls State and,
+// right after it, Protocol.CaptureDigest with nothing delivered in between,
+// so the state and the digest describe the same point.
+type StateApp interface {
+	// State returns a snapshot of the application state.
+	State() ([]byte, error)
+	// SetState replaces the application state.
+	SetState(state []byte) error
+}
+
+// Listener receives gms events. Every method is called from the goroutine
+// that drives gms, during the entry point that caused the event.
+type Listener interface {
+	// ViewInstalled is called after this member installed v (and the
+	// protocol did).
+	ViewInstalled(v View)
+	// Left is called when this member is no longer in the group: err is nil
+	// after a graceful leave, ErrExcluded when the group excluded it,
+	// ErrJoinFailed when a join gave up.
+	Left(err error)
+	// StateInstalled is called after a state transfer installed the state
+	// and the digest, or with an error when RequestState gave up.
+	StateInstalled(err error)
+}
+
+// Errors callers branch on.
+var (
+	// ErrJoinFailed: Config.MaxJoinAttempts join attempts got no valid
+	// JoinRsp.
+	ErrJoinFailed = errors.New("gms: join failed")
+	// ErrExcluded: a view that excludes this member was installed by its
+	// coordinator (a false suspicion or a partition).
+	ErrExcluded = errors.New("gms: excluded from the group")
+	// ErrNotMember: the operation needs this member to be in a view.
+	ErrNotMember = errors.New("gms: not a member")
+	// ErrBusy: a join, leave or state transfer is already under way.
+	ErrBusy = errors.New("gms: operation already in progress")
+	// ErrStateFailed: no provider completed a state transfer.
+	ErrStateFailed = errors.New("gms: state transfer failed")
+	// ErrNoState: no StateApp is configured.
+	ErrNoState = errors.New("gms: no state application")
+)
+
+// Config configures a GMS. Zero durations and counts take the defaults
+// documented on each field.
+type Config struct {
+	// Group is the group id every datagram carries.
+	Group uint32
+	// ID is this process's random member id (non-zero). The incarnation is
+	// chosen by gms: new on every JOIN_REQ.
+	ID uint64
+	// Addr is this member's unicast address, opaque to gms.
+	Addr string
+	// Seed seeds gms's randomness (backoff jitter, ids of transfers).
+	Seed uint64
+	// NewProtocol returns the protocol instance for one incarnation of this
+	// member; it is called when a join succeeds or a group is founded. Each
+	// incarnation gets a fresh protocol: its own seqnos restart at 1.
+	NewProtocol func(self digest.Member, now time.Duration) (Protocol, error)
+	// App is the application for state transfer (optional).
+	App StateApp
+	// Listener receives events (optional).
+	Listener Listener
+	// Logger logs membership changes (optional; slog.Default if nil).
+	Logger *slog.Logger
+
+	// InitialHosts, if set, replaces multicast discovery: Discovery is
+	// unicast to these addresses.
+	InitialHosts []string
+	// CreateGroup founds a singleton group when discovery finds nobody.
+	CreateGroup bool
+	// DiscoveryTimeout is how long discovery collects answers (default 50ms).
+	DiscoveryTimeout time.Duration
+	// JoinTimeout is the wait for a JoinRsp after the first JOIN_REQ
+	// (default 100ms); it doubles per attempt up to JoinBackoffMax
+	// (default 2s), with up to 25% random jitter.
+	JoinTimeout    time.Duration
+	JoinBackoffMax time.Duration
+	// MaxJoinAttempts bounds JOIN_REQ attempts (0 = unbounded).
+	MaxJoinAttempts int
+	// DigestRetries bounds how many times the coordinator retries a join
+	// digest that has an unset entry before dropping the join (default 3),
+	// DigestRetryInterval apart (default 10ms).
+	DigestRetries       int
+	DigestRetryInterval time.Duration
+	// ViewAckTimeout is when a view (or JoinRsp, cut, merge view) is resent
+	// to members that have not acknowledged it (default 50ms);
+	// ViewChangeTimeout ends the wait for acknowledgements (default 2s).
+	ViewAckTimeout    time.Duration
+	ViewChangeTimeout time.Duration
+	// HeartbeatInterval (default 100ms), SuspectTimeout: silence before a
+	// probe (default 500ms), ProbeTimeout: wait for the probe's answer
+	// (default 150ms).
+	HeartbeatInterval time.Duration
+	SuspectTimeout    time.Duration
+	ProbeTimeout      time.Duration
+	// LeaveTimeout bounds a graceful leave (default 2s).
+	LeaveTimeout time.Duration
+	// MergeTimeout bounds a merge (default 2s).
+	MergeTimeout time.Duration
+	// StateChunk is the size of a state chunk (default 8 KiB), StateWindow
+	// how many unacknowledged chunks may be in flight (default 8),
+	// StateTimeout how long a requester waits for a transfer to complete
+	// (default 2s), StateAttempts how many providers it tries (default 3).
+	StateChunk    int
+	StateWindow   int
+	StateTimeout  time.Duration
+	StateAttempts int
+}
+
+func (c *Config) defaults() error {
+	if c.ID == 0 {
+		return errors.New("gms: Config.ID must be non-zero")
+	}
+	if c.NewProtocol == nil {
+		return errors.New("gms: Config.NewProtocol is required")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.DiscoveryTimeout, 50*time.Millisecond)
+	def(&c.JoinTimeout, 100*time.Millisecond)
+	def(&c.JoinBackoffMax, 2*time.Second)
+	def(&c.DigestRetryInterval, 10*time.Millisecond)
+	def(&c.ViewAckTimeout, 50*time.Millisecond)
+	def(&c.ViewChangeTimeout, 2*time.Second)
+	def(&c.HeartbeatInterval, 100*time.Millisecond)
+	def(&c.SuspectTimeout, 500*time.Millisecond)
+	def(&c.ProbeTimeout, 150*time.Millisecond)
+	def(&c.LeaveTimeout, 2*time.Second)
+	def(&c.MergeTimeout, 2*time.Second)
+	def(&c.StateTimeout, 2*time.Second)
+	if c.DigestRetries <= 0 {
+		c.DigestRetries = 3
+	}
+	if c.StateChunk <= 0 {
+		c.StateChunk = 8 << 10
+	}
+	if c.StateChunk > maxChunk {
+		c.StateChunk = maxChunk
+	}
+	if c.StateWindow <= 0 {
+		c.StateWindow = 8
+	}
+	if c.StateAttempts <= 0 {
+		c.StateAttempts = 3
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Outgoing is one datagram for the driver to send: a multicast when To is
+// the zero Peer, otherwise a unicast to To.Addr (To.Member may be zero for
+// an InitialHosts address).
+type Outgoing struct {
+	To   Peer
+	Data []byte
+}
+
+// Status is where a member stands.
+type Status uint8
+
+// Statuses.
+const (
+	StatusIdle    Status = iota // not joined (before Join, after Left)
+	StatusJoining               // discovering or waiting for a JoinRsp
+	StatusMember                // in a view
+	StatusLeaving               // LEAVE sent, waiting for LeaveRsp
+)
+
+var statusNames = [...]string{"idle", "joining", "member", "leaving"}
+
+// String returns the status name.
+func (s Status) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
+	}
+	return "status?"
+}
