@@ -477,26 +477,31 @@ func (u *UDP) pollRead(uintptr) bool {
 	return u.rd.n > 0 || u.rd.err != nil
 }
 
-// readBoth reads, without blocking, from the group socket and then, with
-// the slots left, from the unicast socket. Every fourth call reads unicast
-// first so that a saturated group cannot starve it.
+// readBoth reads, without blocking, from the group socket and, when that
+// had nothing, from the unicast socket. Every fourth call reads unicast
+// first and then the group with the slots left, so a busy group neither
+// starves unicast nor pays a second (usually empty) recvmmsg on every call.
+// It only reports nothing when both sockets were empty in this call, which
+// is what makes waiting on the epoll set safe.
 func (u *UDP) readBoth() {
 	r := &u.rd
-	first, second := u.graw, u.uraw
 	r.calls++
-	if first == nil || r.calls%4 == 0 {
-		first, second = second, first
+	if u.graw == nil || r.calls%4 == 0 {
+		u.recvFrom(u.uraw)
+		if u.graw != nil && r.err == nil && r.n < r.max {
+			u.recvFrom(u.graw)
+		}
+		return
 	}
-	for _, raw := range [2]syscall.RawConn{first, second} {
-		if raw == nil || r.n == r.max {
-			continue
-		}
-		if err := raw.Read(r.boundRecv); err != nil {
-			r.err = err
-		}
-		if r.err != nil {
-			return
-		}
+	u.recvFrom(u.graw)
+	if r.n == 0 && r.err == nil {
+		u.recvFrom(u.uraw)
+	}
+}
+
+func (u *UDP) recvFrom(raw syscall.RawConn) {
+	if err := raw.Read(u.rd.boundRecv); err != nil && u.rd.err == nil {
+		u.rd.err = err
 	}
 }
 

@@ -486,3 +486,25 @@ func TestZeroAllocsSteadyState(t *testing.T) {
 	allocs := testing.AllocsPerRun(200, roundTrip)
 	require.Zero(t, allocs, "allocations per WriteBatch+ReadBatch+TryReadBatch round")
 }
+
+func TestBusyGroupDoesNotStarveUnicast(t *testing.T) {
+	a := member(t, group(18), nil)
+	b := open(t, transport.Config{Group: a.Group(), BatchSize: 4})
+	_, err := a.WriteBatch(numbered(0, 64, 100), nil)
+	require.NoError(t, err)
+	_, err = a.WriteBatch([][]byte{[]byte("unicast")}, []netip.AddrPort{b.LocalAddr()})
+	require.NoError(t, err)
+	in := newBatch(4, 2048)
+	require.NoError(t, b.SetReadDeadline(time.Now().Add(10*time.Second)))
+	for call := 1; ; call++ {
+		n, err := b.ReadBatch(in.bufs, in.sizes, in.srcs)
+		require.NoError(t, err)
+		for i := range n {
+			if string(in.bufs[i][:in.sizes[i]]) == "unicast" {
+				require.LessOrEqual(t, call, 4, "unicast is read at least every fourth call")
+				return
+			}
+		}
+		require.Less(t, call, 17, "unicast datagram never read")
+	}
+}
