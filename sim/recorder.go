@@ -15,45 +15,58 @@ func Hash(payload []byte) uint64 {
 	return h.Sum64()
 }
 
-// Ledger is what every sender sent: for each sender, the hash of the
-// payload of each seqno. Recorders check deliveries against it.
+// Ledger is what every sender sent: for each sender, every message's seqno
+// run (one seqno, or one per fragment for a fragmented message) and the
+// hash of its payload. Recorders check deliveries against it.
 type Ledger struct {
-	sent    map[digest.Member][]uint64 // index seq-1
-	senders []digest.Member            // first-send order, for deterministic iteration
+	sent    map[digest.Member][]sentMsg
+	senders []digest.Member // first-send order, for deterministic iteration
+	total   int
+}
+
+// sentMsg is one message in a Ledger.
+type sentMsg struct {
+	first, last uint64
+	hash        uint64
 }
 
 // NewLedger returns an empty ledger.
-func NewLedger() *Ledger { return &Ledger{sent: make(map[digest.Member][]uint64)} }
+func NewLedger() *Ledger { return &Ledger{sent: make(map[digest.Member][]sentMsg)} }
 
-// Record notes that sender sent payload with seqno seq. Seqnos of one sender
-// must be recorded in increasing order without holes (they are assigned by
-// the protocol from 1).
-func (l *Ledger) Record(sender digest.Member, seq uint64, payload []byte) error {
+// Record notes that sender sent payload as seqnos first..last (first ==
+// last unless fragmented). A sender's messages must be recorded in seqno
+// order without holes: the protocol assigns seqnos from 1.
+func (l *Ledger) Record(sender digest.Member, first, last uint64, payload []byte) error {
 	s, ok := l.sent[sender]
 	if !ok {
 		l.senders = append(l.senders, sender)
 	}
-	if seq != uint64(len(s))+1 {
-		return fmt.Errorf("ledger: %v sent seqno %d after %d", sender, seq, len(s))
+	prev := uint64(0)
+	if len(s) > 0 {
+		prev = s[len(s)-1].last
 	}
-	l.sent[sender] = append(s, Hash(payload))
+	if first != prev+1 || last < first {
+		return fmt.Errorf("ledger: %v sent seqnos %d..%d after %d", sender, first, last, prev)
+	}
+	l.sent[sender] = append(s, sentMsg{first: first, last: last, hash: Hash(payload)})
+	l.total++
 	return nil
 }
 
 // Highest returns the highest seqno sender has sent (0 if none).
-func (l *Ledger) Highest(sender digest.Member) uint64 { return uint64(len(l.sent[sender])) }
+func (l *Ledger) Highest(sender digest.Member) uint64 {
+	s := l.sent[sender]
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)-1].last
+}
 
 // Senders returns the senders in the order they first sent.
 func (l *Ledger) Senders() []digest.Member { return slices.Clone(l.senders) }
 
 // Total returns the number of messages sent by all senders.
-func (l *Ledger) Total() int {
-	n := 0
-	for _, s := range l.sent {
-		n += len(s)
-	}
-	return n
-}
+func (l *Ledger) Total() int { return l.total }
 
 // LostRange is one lost-range report received by an application.
 type LostRange struct {
@@ -64,6 +77,7 @@ type LostRange struct {
 // recvState is a recorder's view of one sender.
 type recvState struct {
 	next      uint64 // next seqno expected
+	idx       int    // index in the ledger of the first message at or after next
 	delivered uint64 // messages delivered
 	lost      uint64 // seqnos reported lost
 }
@@ -103,7 +117,18 @@ func (r *Recorder) state(sender digest.Member) *recvState {
 // member that joined with a digest, or installed state). It must come
 // before the first delivery from sender.
 func (r *Recorder) Start(sender digest.Member, delivered uint64) {
-	r.state(sender).next = delivered + 1
+	st := r.state(sender)
+	st.next = delivered + 1
+	r.seek(sender, st)
+}
+
+// seek moves st.idx to the first ledger message of sender starting at or
+// after st.next.
+func (r *Recorder) seek(sender digest.Member, st *recvState) {
+	sent := r.ledger.sent[sender]
+	for st.idx < len(sent) && sent[st.idx].first < st.next {
+		st.idx++
+	}
 }
 
 // Deliver records the delivery of sender's message seq.
@@ -118,15 +143,16 @@ func (r *Recorder) Deliver(sender digest.Member, seq uint64, payload []byte) {
 		return
 	}
 	sent := r.ledger.sent[sender]
-	if seq > uint64(len(sent)) {
-		r.sim.Fail(fmt.Errorf("member %v: %v#%d delivered but never sent (highest sent %d)", r.self, sender, seq, len(sent)))
+	if st.idx >= len(sent) || sent[st.idx].first != seq {
+		r.sim.Fail(fmt.Errorf("member %v: %v#%d delivered but no message was sent starting at that seqno (highest sent %d)", r.self, sender, seq, r.ledger.Highest(sender)))
 		return
 	}
-	if h := Hash(payload); h != sent[seq-1] {
+	if h := Hash(payload); h != sent[st.idx].hash {
 		r.sim.Fail(fmt.Errorf("member %v: %v#%d delivered with a payload that is not the one sent (%d bytes)", r.self, sender, seq, len(payload)))
 		return
 	}
-	st.next++
+	st.next = sent[st.idx].last + 1
+	st.idx++
 	st.delivered++
 	r.total++
 }
@@ -140,6 +166,7 @@ func (r *Recorder) Lost(sender digest.Member, from, to uint64) {
 	}
 	st.next = to + 1
 	st.lost += to - from + 1
+	r.seek(sender, st)
 	r.losts = append(r.losts, LostRange{Sender: sender, From: from, To: to})
 }
 

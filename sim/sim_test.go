@@ -254,14 +254,14 @@ func TestRecorderInvariants(t *testing.T) {
 		{"duplicate", []op{{seq: 1, payloadN: 1}, {seq: 1, payloadN: 1}}, "delivered again"},
 		{"gap", []op{{seq: 1, payloadN: 1}, {seq: 3, payloadN: 3}}, "neither delivered nor reported lost"},
 		{"wrong payload", []op{{seq: 1, payloadN: 2}}, "not the one sent"},
-		{"never sent", []op{{seq: 1, payloadN: 1}, {seq: 2, payloadN: 2}, {seq: 3, payloadN: 3}, {seq: 4, payloadN: 4}}, "never sent"},
+		{"never sent", []op{{seq: 1, payloadN: 1}, {seq: 2, payloadN: 2}, {seq: 3, payloadN: 3}, {seq: 4, payloadN: 4}}, "no message was sent"},
 		{"lost range not at next", []op{{lost: true, seq: 2, to: 3}}, "does not start"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := New(1, NetConfig{})
 			l := NewLedger()
 			for i := 1; i <= 3; i++ {
-				require.NoError(t, l.Record(a, uint64(i), payload(i)))
+				require.NoError(t, l.Record(a, uint64(i), uint64(i), payload(i)))
 			}
 			r := NewRecorder(s, member(2), l)
 			for _, o := range tc.ops {
@@ -284,8 +284,10 @@ func TestRecorderInvariants(t *testing.T) {
 
 func TestLedgerRejectsHoles(t *testing.T) {
 	l := NewLedger()
-	require.NoError(t, l.Record(member(1), 1, []byte("x")))
-	require.Error(t, l.Record(member(1), 3, []byte("x")))
-	require.EqualValues(t, 1, l.Highest(member(1)))
-	require.Equal(t, 1, l.Total())
+	require.NoError(t, l.Record(member(1), 1, 1, []byte("x")))
+	require.NoError(t, l.Record(member(1), 2, 4, []byte("fragmented")))
+	require.Error(t, l.Record(member(1), 6, 6, []byte("x")))
+	require.Error(t, l.Record(member(1), 5, 4, []byte("x")))
+	require.EqualValues(t, 4, l.Highest(member(1)))
+	require.Equal(t, 2, l.Total())
 }

@@ -15,9 +15,10 @@ var ErrBackPressure = errors.New("sim: sender back-pressured")
 
 // Sender is the application-facing send side of a node.
 type Sender interface {
-	// Send sends payload (copied) and returns its seqno, or an error wrapping
-	// ErrBackPressure when the message cannot be taken now.
-	Send(payload []byte, now time.Duration) (uint64, error)
+	// Send sends payload (copied) and returns the seqnos it took (first ==
+	// last unless fragmented), or an error wrapping ErrBackPressure when the
+	// message cannot be taken now.
+	Send(payload []byte, now time.Duration) (first, last uint64, err error)
 	// Flush emits whatever the sender holds back for bundling.
 	Flush(now time.Duration)
 }
@@ -87,7 +88,7 @@ func (g *Generator) burst(now time.Duration) {
 		for j := 0; j < 8; j++ {
 			p[j] = byte(n >> (8 * j))
 		}
-		seq, err := g.sender.Send(p, now)
+		first, last, err := g.sender.Send(p, now)
 		if errors.Is(err, ErrBackPressure) {
 			if !g.blocked {
 				g.bpEvents++
@@ -102,7 +103,7 @@ func (g *Generator) burst(now time.Duration) {
 			return
 		}
 		g.blocked = false
-		if err := g.ledger.Record(g.member, seq, p); err != nil {
+		if err := g.ledger.Record(g.member, first, last, p); err != nil {
 			g.sim.Fail(err)
 			return
 		}
