@@ -44,15 +44,17 @@ type agent struct {
 	small  int // datagrams up to this size are copied into a smaller buffer
 
 	// send side
-	pend      []pubSlot // polled from the ring, not yet accepted by Send
-	pendFirst uint64
-	pendI     int
-	pendN     int
-	unflushed bool
-	closeSeen bool          // an iteration has observed Close
-	bundleAt  time.Duration // when the open bundle got its first message
-	tokens    float64       // rate limit bucket, bytes
-	tokensAt  time.Duration
+	pend        []pubSlot // polled from the ring, not yet accepted by Send
+	pendFirst   uint64
+	pendI       int
+	pendN       int
+	unflushed   bool
+	closeSeen   bool          // an iteration has observed Close
+	protoFull   bool          // the protocol refused the last Send (retention window full)
+	lingerUntil time.Duration // drained: exit at this time
+	bundleAt    time.Duration // when the open bundle got its first message
+	tokens      float64       // rate limit bucket, bytes
+	tokensAt    time.Duration
 
 	// write side
 	wq    []*wire.Buffer
@@ -146,7 +148,6 @@ func (a *agent) run() {
 		work, deadline, finished := a.iterate()
 		a.write()
 		if finished {
-			m.drained.Store(true)
 			return
 		}
 		if work > 0 {
@@ -192,7 +193,7 @@ func (a *agent) block(deadline time.Duration) {
 	}
 	_ = m.tr.SetReadDeadline(t)
 	m.q.parked.Store(true)
-	if m.q.pub.Len() > 0 || a.stopped() || (m.closing.Load() && !a.closeSeen) {
+	if (m.q.pub.Len() > 0 && !a.protoFull) || a.stopped() || (m.closing.Load() && !a.closeSeen) {
 		m.q.parked.Store(false)
 		return
 	}
@@ -275,8 +276,21 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	if a.unflushed && m.cfg.BundleDelay > 0 {
 		deadline = min(deadline, a.bundleAt+m.cfg.BundleDelay)
 	}
-	if closing && a.pendN == 0 && m.q.pub.Len() == 0 && !a.unflushed {
-		finished = a.ownStable()
+	if closing && a.pendI == a.pendN && m.q.pub.Len() == 0 && !a.unflushed {
+		switch {
+		case a.lingerUntil > 0:
+			finished = now >= a.lingerUntil
+		case a.allStable():
+			// Everything known is stable. Stay a few stability rounds
+			// longer so that a member that missed the last STABILITY (or
+			// a repair) gets another: with static membership there is no
+			// leave message telling the others to stop counting on us.
+			a.lingerUntil = now + closeLingerRounds*m.cfg.StableInterval
+			m.drained.Store(true)
+		}
+		if a.lingerUntil > 0 {
+			deadline = min(deadline, a.lingerUntil)
+		}
 	}
 	return work, deadline, finished
 }
@@ -345,12 +359,18 @@ func (a *agent) drainSend(now time.Duration) int {
 			}
 			if _, err := p.Send(m.q.payload(seq, s), now); err != nil {
 				if errors.Is(err, nakack.ErrBackPressure) {
-					m.ctr.protocolBackPressure.Add(1)
-					return work // retry on a later iteration
+					// Retry once stability purges: after a datagram or
+					// a timer, not in a busy loop.
+					if !a.protoFull {
+						m.ctr.protocolBackPressure.Add(1)
+						a.protoFull = true
+					}
+					return work
 				}
 				m.ctr.sendErrors.Add(1)
 				m.log.rateLimited("send", err)
 			}
+			a.protoFull = false
 			m.q.release(s)
 			a.pend[a.pendI] = pubSlot{}
 			a.pendI++
@@ -419,16 +439,21 @@ func (a *agent) write() {
 	a.wq, a.wb, a.wdsts = a.wq[:0], a.wb[:0], a.wdsts[:0]
 }
 
-// ownStable reports whether everything this member sent has been purged as
-// stable (delivered by every member of the view).
-func (a *agent) ownStable() bool {
+// closeLingerRounds is how many stability intervals a drained member keeps
+// participating before Close returns.
+const closeLingerRounds = 3
+
+// allStable reports whether every message this member sent or received, of
+// every member of the view, has been purged as stable (delivered by every
+// member): then leaving takes nothing from anybody.
+func (a *agent) allStable() bool {
 	p := a.m.proto
-	last := p.NextSeq() - 1
-	if last == 0 {
-		return true
+	for _, mem := range a.m.cfg.Members {
+		if e, ok := p.WindowState(mem); ok && e.Low < e.Received {
+			return false
+		}
 	}
-	e, ok := p.WindowState(a.m.cfg.Self)
-	return ok && e.Low >= last
+	return true
 }
 
 func (a *agent) cleanup() {

@@ -2,39 +2,164 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nakcast/nakcast/digest"
 	"github.com/stretchr/testify/require"
 )
 
-func TestTwoMembersPush(t *testing.T) {
-	const n = 1000
-	recs := []*recorder{newRecorder(2 * n), newRecorder(2 * n)}
-	ms := openGroup(t, 2, func(i int, c *Config) { c.Handler = recs[i] })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for k, m := range ms {
-		go func() {
-			buf := make([]byte, 64)
-			for i := range n {
-				fillPayload(buf, k, i)
-				if err := m.Send(ctx, buf); err != nil {
-					t.Errorf("send: %v", err)
-					return
+// sizeFor gives message i of a sender its size: mostly small, some 1 KiB,
+// a few fragmented (larger than a datagram) when big is set.
+func sizeFor(i int, big bool) int {
+	switch {
+	case big && i%500 == 250:
+		return 100_000 + i%7
+	case i%10 == 3:
+		return 1024
+	}
+	return 16 + i%200
+}
+
+// TestExactDelivery runs several members on loopback, some of them senders,
+// with receive loss injected, and checks that every member delivers every
+// message of every sender exactly once and in order (count and an
+// order-sensitive hash per sender), with no lost range reported.
+func TestExactDelivery(t *testing.T) {
+	perSender := 20000
+	if raceEnabled || testing.Short() {
+		perSender = 3000
+	}
+	cases := []struct {
+		name    string
+		members int
+		senders int
+		loss    float64
+		idle    IdleStrategy
+		big     bool
+		window  int
+	}{
+		{"2 members lossless", 2, 2, 0, IdleBlock, false, 0},
+		{"3 members 5% loss", 3, 3, 0.05, IdleBlock, true, 0},
+		{"5 members 2 senders 5% loss small window", 5, 2, 0.05, IdleBlock, false, 1024},
+		{"3 members 5% loss yield", 3, 1, 0.05, IdleYield, true, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			base := runtime.NumGoroutine()
+			want := tc.senders * perSender
+			recs := make([]*recorder, tc.members)
+			for i := range recs {
+				recs[i] = newRecorder(want)
+			}
+			ms := openGroup(t, tc.members, func(i int, c *Config) {
+				c.Handler = recs[i]
+				c.LossRate = tc.loss
+				c.LossSeed = uint64(i + 1)
+				c.Idle = tc.idle
+				c.Window = tc.window
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			for k := 0; k < tc.senders; k++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					buf := make([]byte, 200_000)
+					for i := range perSender {
+						p := buf[:sizeFor(i, tc.big)]
+						fillPayload(p, k, i)
+						if err := ms[k].Send(ctx, p); err != nil {
+							t.Errorf("sender %d message %d: %v", k, i, err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for i, r := range recs {
+				select {
+				case <-r.cond:
+				case <-ctx.Done():
+					r.mu.Lock()
+					for j, m := range ms {
+						st := m.Stats()
+						t.Logf("member %d senders %v pb %d\n%s", j, st.Senders, st.ProtocolBackPressure, protoDump(m))
+					}
+					t.Fatalf("member %d: timeout with %d of %d delivered; counts %v", i, r.total, want, r.count)
 				}
 			}
-		}()
+			for k := 0; k < tc.senders; k++ {
+				h := expectedHash(perSender, func(i int) []byte { return payloadOf(k, i, sizeFor(i, tc.big)) })
+				for i, r := range recs {
+					r.mu.Lock()
+					require.Empty(t, r.errs, "member %d", i)
+					require.Equal(t, perSender, r.count[ms[k].Self()], "member %d sender %d count", i, k)
+					require.Equal(t, h, r.hash[ms[k].Self()], "member %d sender %d hash", i, k)
+					r.mu.Unlock()
+				}
+			}
+			var injected, retrans uint64
+			for _, m := range ms {
+				s := m.Stats()
+				injected += s.Drops.Injected
+				retrans += s.Retransmitted
+				require.Zero(t, s.LostRanges)
+			}
+			if tc.loss > 0 {
+				require.NotZero(t, injected, "loss injection dropped nothing")
+			}
+			t.Logf("injected drops %d, retransmitted %d", injected, retrans)
+			for i, err := range closeAll(t, ms, 20*time.Second) {
+				require.NoError(t, err, "close member %d", i)
+			}
+			checkNoLeak(t, base)
+		})
 	}
-	for _, r := range recs {
-		select {
-		case <-r.cond:
-		case <-ctx.Done():
-			t.Fatalf("timeout: delivered %d", r.total)
-		}
+}
+
+// TestCloseReleasesEverything opens and closes members in several ways
+// (idle, after traffic, with the context already cancelled) and checks that
+// no goroutine is left and that calls after Close fail with ErrClosed.
+func TestCloseReleasesEverything(t *testing.T) {
+	base := runtime.NumGoroutine()
+	for _, idle := range []IdleStrategy{IdleBlock, IdleYield, IdleSpin} {
+		t.Run(idle.String(), func(t *testing.T) {
+			ids := testMembers(2)
+			g := testGroup()
+			var ms []*Member
+			for i := range ids {
+				m, err := Open(context.Background(), Config{Group: g, Self: ids[i], Members: ids, Idle: idle, Logger: quietLogger(), Handler: HandlerFunc(func(digest.Member, uint64, []byte) {})})
+				require.NoError(t, err)
+				ms = append(ms, m)
+			}
+			for i := range 100 {
+				require.NoError(t, ms[0].Send(context.Background(), []byte(fmt.Sprint(i))))
+			}
+			for i, err := range closeAll(t, ms, 10*time.Second) {
+				require.NoError(t, err, "member %d", i)
+			}
+			require.ErrorIs(t, ms[0].TrySend([]byte("x")), ErrClosed)
+			require.ErrorIs(t, ms[0].Send(context.Background(), []byte("x")), ErrClosed)
+			_, err := ms[0].TryClaim(1)
+			require.ErrorIs(t, err, ErrClosed)
+			require.NoError(t, ms[0].Close(context.Background()), "second Close returns the first result")
+		})
 	}
-	for _, r := range recs {
-		require.Empty(t, r.errs)
-	}
-	t.Logf("%+v", ms[0].Stats())
+	t.Run("cancelled context", func(t *testing.T) {
+		ids := testMembers(2)
+		// Member 1 never starts: nothing member 0 sends can become stable.
+		m, err := Open(context.Background(), Config{Group: testGroup(), Self: ids[0], Members: ids, Logger: quietLogger()})
+		require.NoError(t, err)
+		require.NoError(t, m.TrySend([]byte("never stable")))
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		err = m.Close(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	})
+	checkNoLeak(t, base)
 }

@@ -102,7 +102,7 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 		Pool:           m.pool,
 		MaxDatagram:    cfg.BundleBytes,
 		SendWindow:     cfg.Window,
-		RecvWindow:     cfg.Window,
+		RecvWindow:     2 * cfg.Window, // receivers purge on STABILITY, which they may miss once: slack
 		MaxMessage:     cfg.MaxMessage,
 		NakDelay:       cfg.NakDelay,
 		NakInterval:    cfg.NakInterval,
