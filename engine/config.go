@@ -51,7 +51,7 @@ const (
 const (
 	DefaultInterface      = "lo"
 	DefaultRingCapacity   = 4096
-	DefaultInlineSize     = 256
+	DefaultInlineSize     = 1024
 	DefaultMaxMessage     = 16 << 20
 	DefaultWindow         = 1 << 16
 	DefaultBatchSize      = 64
@@ -127,7 +127,7 @@ type Config struct {
 	// senders and the agent (power of two, default 4096).
 	RingCapacity int
 	// InlineSize is how many payload bytes a publication slot holds inline
-	// (default 256); larger messages use a pooled buffer. The ring's arena
+	// (default 1024); larger messages use a pooled buffer. The ring's arena
 	// is 2 * RingCapacity * InlineSize bytes.
 	InlineSize int
 	// MaxMessage is the largest message Send accepts (default 16 MiB).
@@ -293,7 +293,7 @@ func (c Config) withDefaults() (Config, error) {
 			self = self || m == c.Self
 		}
 		if !self {
-			return bad("Members: does not contain Self %v", c.Self)
+			return bad("Members %v: does not contain Self %v", c.Members, c.Self)
 		}
 	}
 

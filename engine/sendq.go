@@ -33,14 +33,17 @@ type pubSlot struct {
 // beyond the producer's copy into the arena and the protocol's copy into the
 // bundle, and nothing is allocated.
 //
-// Large messages take a buffer from per-size-class sync.Pools (powers of
-// two), returned by the agent once the protocol has copied them.
+// Large messages take a buffer from per-size-class free lists (powers of
+// two), returned by the agent once the protocol has copied them. Not
+// sync.Pool: it empties at every GC, which would make a steady stream of
+// large messages allocate again after each collection. A class keeps at
+// most bigKeepBytes (and at least one buffer) idle.
 type sendQueue struct {
 	pub    *ring.Publication[pubSlot]
 	arena  []byte
 	inline int
 	amask  uint64
-	big    []sync.Pool // class c holds *[]byte of cap 1<<c
+	big    []bigClass // class c holds *[]byte of cap 1<<c
 
 	// parked is set by the agent before it blocks in the kernel; a
 	// producer that commits while it is set wakes the agent.
@@ -58,7 +61,7 @@ func newSendQueue(capacity, inline int, wake func()) (*sendQueue, error) {
 		arena:  make([]byte, 2*capacity*inline),
 		inline: inline,
 		amask:  uint64(2*capacity - 1),
-		big:    make([]sync.Pool, 33),
+		big:    make([]bigClass, 33),
 		wake:   wake,
 	}, nil
 }
@@ -108,18 +111,49 @@ func (q *sendQueue) payload(seq uint64, s pubSlot) []byte {
 	return q.arena[off : off+int(s.n)]
 }
 
-// release returns an out-of-line buffer to its pool (agent side).
+// release returns an out-of-line buffer to its free list (agent side).
 func (q *sendQueue) release(s pubSlot) {
 	if s.big != nil {
-		q.big[bits.Len(uint(cap(*s.big)))-1].Put(s.big)
+		q.big[bits.Len(uint(cap(*s.big)))-1].put(s.big)
 	}
 }
 
 func (q *sendQueue) getBig(n int) *[]byte {
 	c := bits.Len(uint(n - 1)) // 1<<c >= n
-	if v := q.big[c].Get(); v != nil {
-		return v.(*[]byte)
+	if b := q.big[c].get(); b != nil {
+		return b
 	}
 	b := make([]byte, 1<<c)
 	return &b
+}
+
+// bigKeepBytes bounds the idle bytes one size class keeps.
+const bigKeepBytes = 32 << 20
+
+// bigClass is a mutex-guarded free list of equal-size buffers. The lock is
+// taken once per large message, whose copy costs far more.
+type bigClass struct {
+	mu   sync.Mutex
+	free []*[]byte
+	_    [40]byte // keep classes' locks apart
+}
+
+func (c *bigClass) get() *[]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := len(c.free); n > 0 {
+		b := c.free[n-1]
+		c.free[n-1] = nil
+		c.free = c.free[:n-1]
+		return b
+	}
+	return nil
+}
+
+func (c *bigClass) put(b *[]byte) {
+	c.mu.Lock()
+	if len(c.free) == 0 || (len(c.free)+1)*cap(*b) <= bigKeepBytes {
+		c.free = append(c.free, b)
+	}
+	c.mu.Unlock()
 }

@@ -1,0 +1,165 @@
+package engine
+
+import (
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/stretchr/testify/require"
+)
+
+// TestTrySendPollOneGoroutine drives three pull-mode members from a single
+// goroutine with the documented pattern (TrySend; on ErrBackPressure, Poll
+// and retry), with rings and windows small enough that back-pressure
+// happens all the time, and checks that it never deadlocks and that every
+// member delivers every message exactly once, in order.
+func TestTrySendPollOneGoroutine(t *testing.T) {
+	perSender := 20000
+	if raceEnabled {
+		perSender = 4000
+	}
+	const members = 3
+	ms := openGroup(t, members, func(i int, c *Config) {
+		c.RingCapacity = 64
+		c.Window = 256
+		c.LossRate = 0.02
+		c.LossSeed = uint64(i + 10)
+	})
+	recs := make([]*recorder, members)
+	for i := range recs {
+		recs[i] = newRecorder(members * perSender)
+	}
+	next := make([]int, members)
+	buf := make([]byte, 300)
+	deadline := time.Now().Add(60 * time.Second)
+	done := func() bool {
+		for _, r := range recs {
+			if r.total < members*perSender {
+				return false
+			}
+		}
+		return true
+	}
+	for !done() {
+		require.True(t, time.Now().Before(deadline), "no progress: delivered %d %d %d", recs[0].total, recs[1].total, recs[2].total)
+		idle := true
+		for k, m := range ms {
+			if next[k] < perSender {
+				p := buf[:16+next[k]%280]
+				fillPayload(p, k, next[k])
+				switch err := m.TrySend(p); {
+				case err == nil:
+					next[k]++
+					idle = false
+				case errors.Is(err, ErrBackPressure):
+				default:
+					require.NoError(t, err)
+				}
+			}
+			if m.Poll(recs[k], 64) > 0 {
+				idle = false
+			}
+		}
+		if idle {
+			runtime.Gosched()
+		}
+	}
+	var bp uint64
+	for k := range ms {
+		h := expectedHash(perSender, func(i int) []byte { return payloadOf(k, i, 16+i%280) })
+		for i, r := range recs {
+			require.Empty(t, r.errs)
+			require.Equal(t, perSender, r.count[ms[k].Self()], "member %d sender %d", i, k)
+			require.Equal(t, h, r.hash[ms[k].Self()], "member %d sender %d", i, k)
+		}
+		bp += ms[k].Stats().BackPressure
+	}
+	require.NotZero(t, bp, "the test must exercise back-pressure")
+	t.Logf("TrySend back-pressure refusals: %d", bp)
+}
+
+func TestPollInPushModeReturnsZero(t *testing.T) {
+	ms := openGroup(t, 1, func(_ int, c *Config) {
+		c.Handler = HandlerFunc(func(digest.Member, uint64, []byte) {})
+	})
+	require.NoError(t, ms[0].TrySend([]byte("x")))
+	require.Zero(t, ms[0].Poll(newRecorder(1), 10))
+}
+
+// TestClaimCommitAbort writes messages in place with TryClaim, aborts one,
+// and checks that exactly the committed ones are delivered, in order.
+func TestClaimCommitAbort(t *testing.T) {
+	rec := newRecorder(3)
+	ms := openGroup(t, 1, func(_ int, c *Config) { c.Handler = rec })
+	m := ms[0]
+	for i, s := range []string{"one", "skip", "two", "three-is-longer-than-inline"} {
+		n := len(s)
+		if i == 3 {
+			n = 1000 // above InlineSize: out-of-line buffer
+		}
+		c, err := m.TryClaim(n)
+		require.NoError(t, err)
+		require.Len(t, c.Buf, n)
+		copy(c.Buf, s)
+		if s == "skip" {
+			c.Abort()
+		} else {
+			c.Commit()
+		}
+	}
+	<-rec.cond
+	require.Equal(t, 3, rec.count[m.Self()])
+	require.Empty(t, rec.errs)
+	require.Equal(t, uint64(3), rec.last[m.Self()], "an aborted claim uses no protocol seqno")
+	_, err := m.TryClaim(m.Config().MaxMessage + 1)
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.ErrorIs(t, m.TrySend(make([]byte, m.Config().MaxMessage+1)), ErrTooLarge)
+}
+
+// counter is a Handler that only counts.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) Deliver(digest.Member, uint64, []byte) { c.n.Add(1) }
+func (c *counter) Lost(digest.Member, uint64, uint64)    {}
+
+// TestZeroAllocsPerMessage sends batches from one member to another (push
+// delivery at both) and checks that, in steady state, the whole path (copy
+// into the ring, agent, bundling, sendmmsg, recvmmsg, receive, deliver)
+// allocates nothing per message: AllocsPerRun counts every goroutine's
+// allocations, agents included.
+func TestZeroAllocsPerMessage(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under -race")
+	}
+	for _, size := range []int{64, 1024} {
+		t.Run(map[int]string{64: "64B", 1024: "1KiB"}[size], func(t *testing.T) {
+			cs := []*counter{{}, {}}
+			ms := openGroup(t, 2, func(i int, c *Config) { c.Handler = cs[i] })
+			payload := make([]byte, size)
+			const batch = 5000
+			sent := int64(0)
+			run := func() {
+				for range batch {
+					for ms[0].TrySend(payload) != nil {
+						runtime.Gosched()
+					}
+				}
+				sent += batch
+				for cs[1].n.Load() < sent || cs[0].n.Load() < sent {
+					runtime.Gosched()
+				}
+			}
+			for range 30 { // warm pools, windows and free lists
+				run()
+			}
+			allocs := testing.AllocsPerRun(10, run)
+			perMsg := allocs / batch
+			t.Logf("%.1f allocations per batch of %d: %.4f per message", allocs, batch, perMsg)
+			t.Logf("pool %+v", ms[1].Stats().Pool)
+			require.Less(t, perMsg, 0.01)
+		})
+	}
+}
