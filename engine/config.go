@@ -130,7 +130,9 @@ type Config struct {
 	// (default 1024); larger messages use a pooled buffer. The ring's arena
 	// is 2 * RingCapacity * InlineSize bytes.
 	InlineSize int
-	// MaxMessage is the largest message Send accepts (default 16 MiB).
+	// MaxMessage is the largest message Send accepts (default 16 MiB, or
+	// less when a smaller Window cannot hold that many fragments: a whole
+	// message must fit in half the window).
 	MaxMessage int
 	// MaxDatagram is the largest datagram sent (default: the interface MTU
 	// less the IP and UDP headers, at most 65507 for IPv4: 64 KB on
@@ -303,9 +305,6 @@ func (c Config) withDefaults() (Config, error) {
 	if err := rng(&c.InlineSize, "InlineSize", DefaultInlineSize, 1, MaxInlineSize); err != nil {
 		return c, err
 	}
-	if err := rng(&c.MaxMessage, "MaxMessage", DefaultMaxMessage, 1, MaxMessageLimit); err != nil {
-		return c, err
-	}
 	maxDG := MaxDatagramIPv4
 	hdr := 28
 	if g.Is6() {
@@ -327,6 +326,13 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("BundleDelay %v: want 0..1s", c.BundleDelay)
 	}
 	if err := pow2(&c.Window, "Window", DefaultWindow, 64, MaxWindow); err != nil {
+		return c, err
+	}
+	if c.MaxMessage == 0 {
+		// The default is whatever fits, fragmented, in half the window.
+		c.MaxMessage = min(DefaultMaxMessage, c.Window/2*(c.BundleBytes-128))
+	}
+	if err := rng(&c.MaxMessage, "MaxMessage", c.MaxMessage, 1, MaxMessageLimit); err != nil {
 		return c, err
 	}
 	// A whole maximum-size message, fragmented, must fit in the window.
