@@ -80,7 +80,7 @@ func (g *GMS) onCutReport(m *msg, now time.Duration) {
 func (g *GMS) checkCut(c *cutState, now time.Duration) {
 	if !c.fixed {
 		for _, p := range g.view.Members {
-			if _, ok := c.reports[p.Member]; !ok {
+			if _, ok := c.reports[p.Member]; !ok && !g.fd.suspected[p.Member] {
 				return
 			}
 		}
@@ -90,7 +90,7 @@ func (g *GMS) checkCut(c *cutState, now time.Duration) {
 		return
 	}
 	for _, p := range g.view.Members {
-		if !c.acks[p.Member] {
+		if !c.acks[p.Member] && !g.fd.suspected[p.Member] {
 			return
 		}
 	}

@@ -48,6 +48,7 @@ type fakeOut struct {
 
 type fwin struct {
 	low, hd, hr uint64
+	purged      uint64 // highest seqno removed by purge (not by a window start)
 	msgs        map[uint64][]byte
 	lost        map[uint64]bool
 	fresh       bool // created by InstallView at 0, nothing received yet
@@ -141,6 +142,7 @@ func (p *fakeProto) pollWin(m digest.Member, w *fwin) {
 	for {
 		s := w.hd + 1
 		if pl, ok := w.msgs[s]; ok {
+			w.fresh = false
 			w.hd = s
 			p.app.deliver(m, s, pl)
 			continue
@@ -174,7 +176,6 @@ func (p *fakeProto) receive(buf []byte, now time.Duration) {
 			}
 			return
 		}
-		w.fresh = false
 		if a <= w.hd || a <= w.low {
 			return
 		}
@@ -227,6 +228,7 @@ func (w *fwin) purge(upto uint64) {
 		delete(w.msgs, s)
 	}
 	w.low = max(w.low, upto)
+	w.purged = max(w.purged, upto)
 }
 
 func (p *fakeProto) onXmit(origin digest.Member, from, to uint64, requester digest.Member) {
@@ -424,7 +426,16 @@ func (p *fakeProto) MergeDigest(d digest.Digest, now time.Duration) {
 			if !known {
 				at = e.Delivered // never seen: its history is not ours
 			}
-			w = newWin(at)
+			nw := newWin(at)
+			if w != nil {
+				for s, pl := range w.msgs {
+					if s > at {
+						nw.msgs[s] = pl
+					}
+				}
+				nw.hr = max(nw.hr, w.hr)
+			}
+			w = nw
 			p.wins[e.Member] = w
 		}
 		w.hr = max(w.hr, e.Received)

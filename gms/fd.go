@@ -133,6 +133,9 @@ func (g *GMS) actOnSuspects(now time.Duration) {
 		for _, m := range s {
 			g.queueExclusion(m)
 		}
+		if g.coord.vc != nil {
+			g.checkViewChange(now)
+		}
 		g.tryViewChange(now)
 		return
 	}
@@ -171,6 +174,9 @@ func (g *GMS) takeOver(excl []digest.Member, now time.Duration) {
 }
 
 func (g *GMS) onHeartbeat(m *msg, now time.Duration) {
+	if g.view.Contains(m.sender) {
+		g.maxCounter = max(g.maxCounter, m.view.Counter)
+	}
 	if m.kind == 1 && g.IsCoordinator() && m.view != g.view.ID && m.addr != "" {
 		g.mergeCandidate(Peer{Member: m.sender, Addr: m.addr}, m.view, now)
 	}

@@ -144,7 +144,7 @@ type stateAppOf struct{ n *node }
 func (s stateAppOf) State() ([]byte, error)  { return s.n.app.State() }
 func (s stateAppOf) SetState(b []byte) error { return s.n.app.SetState(b) }
 
-func (n *node) ViewInstalled(v View) { n.views = append(n.views, v) }
+func (n *node) ViewInstalled(v View)     { n.views = append(n.views, v) }
 func (n *node) StateInstalled(err error) { n.states = append(n.states, err) }
 func (n *node) Left(err error) {
 	n.left = append(n.left, err)
@@ -252,7 +252,19 @@ func (h *harness) run(until time.Duration) {
 func (h *harness) runUntil(cond func() bool, limit time.Duration, what string) {
 	done, err := h.s.RunWhile(func() bool { return !cond() }, 10*time.Millisecond, limit)
 	require.NoError(h.t, err)
-	require.True(h.t, done, "seed %d: %s not reached by %v", h.s.Seed(), what, limit)
+	require.True(h.t, done, "seed %d: %s not reached by %v\n%s", h.s.Seed(), what, limit, h.dump())
+}
+
+// dump describes every node, for failure messages.
+func (h *harness) dump() string {
+	var b []byte
+	for _, n := range h.nodes {
+		g := n.g
+		b = fmt.Appendf(b, "node %d up=%v %v %v view=%v coord=%v vc=%v susp=%v cuts=%d mcuts=%d merge=%v hold=%v xfer=%v\n",
+			n.id, h.s.Up(n.Member()), g.Self().Member, g.Status(), g.View(), g.IsCoordinator(), g.coord.vc != nil,
+			g.suspects(), len(g.cuts), len(g.mcuts), g.merge != nil, g.hold != nil, g.xfer != nil)
+	}
+	return string(b)
 }
 
 // up returns the nodes that have not crashed.
@@ -288,6 +300,11 @@ func quiet(ns ...*node) bool {
 		g := n.g
 		if g.coord.vc != nil || g.merge != nil || g.hold != nil || g.xfer != nil || len(g.prov) > 0 {
 			return false
+		}
+		for _, c := range g.cuts {
+			if !c.closed {
+				return false
+			}
 		}
 		for _, mc := range g.mcuts {
 			if mc.cut != ^uint64(0) {

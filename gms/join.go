@@ -242,6 +242,7 @@ type viewChange struct {
 	acks     map[digest.Member]bool
 	rsp      map[digest.Member][]byte // encoded JoinRsp per joiner
 	viewMsg  []byte
+	jd       digest.Digest // the joiners' digest
 	captured bool
 	capID    uint64
 	deadline time.Duration
@@ -396,27 +397,9 @@ func (g *GMS) tryViewChange(now time.Duration) {
 	c.joins, c.tries = c.joins[:0], 0
 	c.vc = vc
 	vc.deadline = now + g.cfg.ViewChangeTimeout
-	vc.resendAt = now + g.cfg.ViewAckTimeout
-	var err error
-	vm := &msg{typ: typeView, kind: 0, view: v.ID}
-	vm.withView(v)
-	if vc.viewMsg, err = vm.encode(g.cfg.Group, g.self.Member); err != nil {
-		g.log.Error("gms: encode view", "err", err)
+	vc.jd = jd
+	if err := g.sendViewChange(vc, now); err != nil {
 		return
-	}
-	g.sendRaw(Peer{}, vc.viewMsg)
-	for _, j := range joiners {
-		r := &msg{typ: typeJoinRsp, kind: 0, view: v.ID, member: j}
-		r.withView(v).withDigest(jd)
-		b, err := r.encode(g.cfg.Group, g.self.Member)
-		if err != nil {
-			g.log.Error("gms: encode JoinRsp", "err", err)
-			continue
-		}
-		vc.rsp[j] = b
-		p, _ := v.Peer(j)
-		g.sendRaw(p, b)
-		g.stats.JoinRspSent++
 	}
 	g.installView(v, digest.Digest{}, now)
 	vc.acks[g.self.Member] = true
@@ -443,6 +426,13 @@ func (g *GMS) joinDigest(v View, joiners []digest.Member, now time.Duration) (ui
 }
 
 func (g *GMS) onViewAck(m *msg, now time.Duration) {
+	if m.kind == 1 {
+		if vc := g.coord.vc; vc != nil && m.view == vc.view.ID && m.a >= vc.view.ID.Counter {
+			g.maxCounter = max(g.maxCounter, m.a)
+			g.renumberViewChange(now)
+		}
+		return
+	}
 	if vc := g.coord.vc; vc != nil && m.view == vc.view.ID && vc.view.Contains(m.sender) {
 		vc.acks[m.sender] = true
 		g.checkViewChange(now)
@@ -454,11 +444,58 @@ func (g *GMS) onViewAck(m *msg, now time.Duration) {
 	}
 }
 
+// renumberViewChange reinstalls the view change's view under a counter above
+// every counter a member reported: same members, same join digest.
+func (g *GMS) renumberViewChange(now time.Duration) {
+	vc := g.coord.vc
+	v := View{ID: digest.ViewID{Coord: g.self.Member, Counter: g.maxCounter + 1}, Members: vc.view.Members}
+	g.log.Info("gms: view renumbered", "old", vc.view.ID, "new", v.ID)
+	vc.view = v
+	clear(vc.acks)
+	if err := g.sendViewChange(vc, now); err != nil {
+		return
+	}
+	g.installView(v, digest.Digest{}, now)
+	vc.acks[g.self.Member] = true
+	g.checkViewChange(now)
+}
+
+// sendViewChange encodes and sends vc's view to the members and its
+// JoinRsps to the joiners.
+func (g *GMS) sendViewChange(vc *viewChange, now time.Duration) error {
+	v := vc.view
+	vc.resendAt = now + g.cfg.ViewAckTimeout
+	var err error
+	vm := &msg{typ: typeView, kind: 0, view: v.ID}
+	vm.withView(v)
+	if vc.viewMsg, err = vm.encode(g.cfg.Group, g.self.Member); err != nil {
+		g.log.Error("gms: encode view", "err", err)
+		return err
+	}
+	g.sendRaw(Peer{}, vc.viewMsg)
+	for _, j := range vc.joiners {
+		r := &msg{typ: typeJoinRsp, kind: 0, view: v.ID, member: j}
+		r.withView(v).withDigest(vc.jd)
+		b, err := r.encode(g.cfg.Group, g.self.Member)
+		if err != nil {
+			g.log.Error("gms: encode JoinRsp", "err", err)
+			continue
+		}
+		vc.rsp[j] = b
+		p, _ := v.Peer(j)
+		g.sendRaw(p, b)
+		g.stats.JoinRspSent++
+	}
+	return nil
+}
+
 // checkViewChange completes the view change once every member acknowledged.
 func (g *GMS) checkViewChange(now time.Duration) {
 	vc := g.coord.vc
 	for _, p := range vc.view.Members {
-		if !vc.acks[p.Member] {
+		// A member suspected meanwhile is not waited for: the next view
+		// change excludes it.
+		if !vc.acks[p.Member] && !g.fd.suspected[p.Member] {
 			return
 		}
 	}
@@ -541,7 +578,14 @@ func (g *GMS) onView(m *msg, now time.Duration) {
 		return
 	}
 	if v.ID.Counter <= g.view.ID.Counter {
-		return // stale
+		// Stale, or a view numbered like ours by another coordinator (a
+		// takeover that missed our last view): if it comes from a member of
+		// our view and names us, tell its coordinator our counter so that it
+		// installs a view numbered above ours.
+		if v.ID.Coord != g.view.ID.Coord && g.view.Contains(m.sender) && v.Contains(g.self.Member) {
+			g.send(v.Coord(), &msg{typ: typeViewAck, kind: 1, view: v.ID, a: g.view.ID.Counter})
+		}
+		return
 	}
 	if !v.Contains(g.self.Member) {
 		if g.status == StatusLeaving {

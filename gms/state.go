@@ -18,6 +18,7 @@ type xferReq struct {
 	total    uint64
 	dig      digest.Digest
 	started  bool // first chunk (with the digest) received
+	resendAt time.Duration
 }
 
 // xferDone remembers the last completed transfer, to re-acknowledge it.
@@ -81,9 +82,17 @@ func (g *GMS) startXfer(now time.Duration) {
 	x.provider = provider
 	x.buf, x.total, x.dig, x.started = x.buf[:0], 0, digest.Digest{}, false
 	x.deadline = now + g.cfg.StateTimeout
+	g.sendStateReq(now)
+}
+
+// sendStateReq (re)sends the request; it is repeated until the first chunk
+// arrives (the provider restarts from what we acknowledged).
+func (g *GMS) sendStateReq(now time.Duration) {
+	x := g.xfer
+	x.resendAt = now + g.cfg.ViewAckTimeout
 	r := &msg{typ: typeStateReq, id: x.id}
 	r.withAddr(g.cfg.Addr)
-	g.send(provider, r)
+	g.send(x.provider, r)
 }
 
 func (g *GMS) onStateChunk(m *msg, now time.Duration) {
@@ -213,6 +222,8 @@ func (g *GMS) tickState(now time.Duration) {
 		x.tried = append(x.tried, x.provider.Member)
 		g.log.Warn("gms: state transfer timed out", "provider", x.provider.Member)
 		g.startXfer(now)
+	} else if x != nil && !x.started && now >= x.resendAt {
+		g.sendStateReq(now)
 	}
 	for _, id := range sortedIDs(g.prov) {
 		p := g.prov[id]
@@ -230,8 +241,11 @@ func (g *GMS) tickState(now time.Duration) {
 }
 
 func (g *GMS) stateDeadlines(at func(time.Duration)) {
-	if g.xfer != nil {
-		at(g.xfer.deadline)
+	if x := g.xfer; x != nil {
+		at(x.deadline)
+		if !x.started {
+			at(x.resendAt)
+		}
 	}
 	for _, p := range g.prov {
 		at(p.deadline)
