@@ -1,0 +1,185 @@
+package gms
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/nakack"
+	"github.com/nakcast/nakcast/sim"
+	"github.com/nakcast/nakcast/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// realNode runs a GMS over the real nakack (through NakackProtocol) as a
+// sim.Node: membership datagrams go to gms, the rest to nakack.
+type realNode struct {
+	id   uint64
+	g    *GMS
+	pool *wire.Pool
+	nk   *NakackProtocol
+	app  *fakeApp
+	seed uint64
+}
+
+func (n *realNode) Member() digest.Member { return digest.Member{ID: n.id} }
+
+func (n *realNode) Deliver(s digest.Member, seq uint64, payload []byte) { n.app.deliver(s, seq, payload) }
+func (n *realNode) Lost(s digest.Member, from, to uint64)              { n.app.lostRange(s, from, to) }
+
+func (n *realNode) poll() {
+	if n.g.Protocol() != nil {
+		for n.nk.P.Poll(n, 64) > 0 {
+		}
+	}
+}
+
+func (n *realNode) Receive(from digest.Member, b []byte, now time.Duration) {
+	if len(b) > 2 && IsMembership(wire.Type(b[2])) {
+		_ = n.g.Receive(b, now)
+	} else if n.g.Protocol() != nil {
+		buf := n.pool.Get(len(b))
+		if buf == nil {
+			return
+		}
+		buf.N = copy(buf.B, b)
+		_ = n.nk.P.Receive(buf, now)
+		buf.Release()
+	}
+	n.poll()
+}
+
+func (n *realNode) Tick(now time.Duration) {
+	n.g.Tick(now)
+	if n.g.Protocol() != nil {
+		n.nk.P.Tick(now)
+	}
+	n.poll()
+}
+
+func (n *realNode) NextDeadline() time.Duration {
+	d := n.g.NextDeadline()
+	if n.g.Protocol() != nil {
+		if nd := n.nk.P.NextDeadline(); nd != nakack.NoDeadline {
+			d = min(d, nd)
+		}
+	}
+	return d
+}
+
+func (n *realNode) Drain(send func(to digest.Member, datagram []byte)) {
+	for _, o := range n.g.Outbox() {
+		var to digest.Member
+		if !o.To.IsZero() {
+			id, _ := strconv.ParseUint(o.To.Addr, 10, 64)
+			to = digest.Member{ID: id}
+		}
+		send(to, o.Data)
+	}
+	n.g.ClearOutbox()
+	if n.nk != nil {
+		for _, o := range n.nk.P.Outbox() {
+			send(digest.Member{ID: o.To.ID}, o.Buf.Bytes())
+			o.Buf.Release()
+		}
+		n.nk.P.ClearOutbox()
+	}
+}
+
+func newRealNode(t *testing.T, s *sim.Sim, id uint64) *realNode {
+	n := &realNode{id: id, pool: wire.NewPool(8<<10, 0), app: newFakeApp()}
+	g, err := New(Config{
+		Group: 7, ID: id, Addr: strconv.FormatUint(id, 10), Seed: s.Seed() ^ id, CreateGroup: id == 1, Logger: discardLogger,
+		NewProtocol: func(self digest.Member, now time.Duration) (Protocol, error) {
+			p, err := nakack.New(nakack.Config{Self: self, Group: 7, Pool: n.pool, Seed: s.Seed() ^ id, Logger: discardLogger})
+			if err != nil {
+				return nil, err
+			}
+			n.nk = &NakackProtocol{P: p}
+			n.app = newFakeApp()
+			return n.nk, nil
+		},
+	})
+	require.NoError(t, err)
+	n.g = g
+	require.NoError(t, s.AddNode(n))
+	return n
+}
+
+// TestJoinUnderTrafficNoLossNakack is TestJoinUnderTrafficNoLoss on the real
+// nakack: members join while every member sends under loss; no lost range
+// and no MSG_NOT_FOUND, and the joiners deliver everything from their join
+// digest on.
+func TestJoinUnderTrafficNoLossNakack(t *testing.T) {
+	for seed := range uint64(seeds(50, 8)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			s := sim.New(seed, lossyNet(seed, 0.1))
+			var ns []*realNode
+			for id := uint64(1); id <= 5; id++ {
+				ns = append(ns, newRealNode(t, s, id))
+			}
+			r := rand.New(rand.NewPCG(seed, 5))
+			join := func(at time.Duration, n *realNode) {
+				require.NoError(t, s.Do(at, n.Member(), func(now time.Duration) { require.NoError(t, n.g.Join(now)) }))
+			}
+			join(0, ns[0])
+			join(60*time.Millisecond, ns[1])
+			join(60*time.Millisecond, ns[2])
+			sent := map[uint64]uint64{}
+			for _, n := range ns[:3] {
+				every := time.Duration(1+r.IntN(3)) * time.Millisecond
+				var step func(now time.Duration)
+				step = func(now time.Duration) {
+					if n.g.Status() == StatusMember {
+						if _, err := n.nk.P.Send(fmt.Appendf(nil, "%d/%d", n.id, sent[n.id]+1), now); err == nil {
+							sent[n.id]++
+						}
+						n.nk.P.Flush(now)
+						n.poll()
+					}
+					if now+every < 1200*time.Millisecond {
+						require.NoError(t, s.Do(now+every, n.Member(), step))
+					}
+				}
+				require.NoError(t, s.Do(300*time.Millisecond, n.Member(), step))
+			}
+			join(400*time.Millisecond+time.Duration(r.IntN(300))*time.Millisecond, ns[3])
+			join(400*time.Millisecond+time.Duration(r.IntN(300))*time.Millisecond, ns[4])
+			done, err := s.RunWhile(func() bool {
+				v := ns[0].g.View()
+				for _, n := range ns {
+					if n.g.Status() != StatusMember || !n.g.View().Equal(v) || len(v.Members) != 5 || n.nk.P.Captures() > 0 || n.g.coord.vc != nil {
+						return true
+					}
+				}
+				return false
+			}, 10*time.Millisecond, 10*time.Second)
+			require.NoError(t, err)
+			require.True(t, done, "seed %d: not joined", seed)
+			require.NoError(t, s.RunUntil(max(s.Now(), 1300*time.Millisecond)))
+			s.SetNet(sim.NetConfig{})
+			done, err = s.RunWhile(func() bool {
+				for _, n := range ns {
+					for _, snd := range ns[:3] {
+						if e, ok := n.nk.P.WindowState(snd.g.Self().Member); !ok || e.Delivered != sent[snd.id] {
+							return true
+						}
+					}
+				}
+				return false
+			}, 10*time.Millisecond, 20*time.Second)
+			require.NoError(t, err)
+			require.True(t, done, "seed %d: not all delivered", seed)
+			for _, n := range ns {
+				st := n.nk.P.Stats()
+				require.Zero(t, st.MsgNotFoundSent, "seed %d", seed)
+				require.Zero(t, st.LostRanges, "seed %d", seed)
+				require.Empty(t, n.app.errs, "seed %d node %d", seed, n.id)
+				require.Empty(t, n.app.lost)
+			}
+		})
+	}
+}
