@@ -27,8 +27,10 @@ type realNode struct {
 
 func (n *realNode) Member() digest.Member { return digest.Member{ID: n.id} }
 
-func (n *realNode) Deliver(s digest.Member, seq uint64, payload []byte) { n.app.deliver(s, seq, payload) }
-func (n *realNode) Lost(s digest.Member, from, to uint64)              { n.app.lostRange(s, from, to) }
+func (n *realNode) Deliver(s digest.Member, seq uint64, payload []byte) {
+	n.app.deliver(s, seq, payload)
+}
+func (n *realNode) Lost(s digest.Member, from, to uint64) { n.app.lostRange(s, from, to) }
 
 func (n *realNode) poll() {
 	if n.g.Protocol() != nil {
