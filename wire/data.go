@@ -1,0 +1,238 @@
+package wire
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/nakcast/nakcast/digest"
+)
+
+// Data sizes.
+const (
+	// DataOverhead is the number of bytes before the first message of a 1.0
+	// DATA datagram (common header and fixed part), trailer not included.
+	DataOverhead = HeaderLen + DataFixed
+	// MsgOverhead is the per-message cost in a bundle: its uint16 length.
+	MsgOverhead = 2
+	// MaxMessageLen is the largest message a bundle can carry; larger ones
+	// are fragmented.
+	MaxMessageLen = math.MaxUint16
+)
+
+// MaxBundleMessages returns how many messages of msgSize bytes fit in one
+// DATA datagram of datagram bytes (subtract TrailerLen first when
+// authenticating), or 0 if not even one does.
+func MaxBundleMessages(datagram, msgSize int) int {
+	if msgSize < 0 || msgSize > MaxMessageLen || datagram < DataOverhead {
+		return 0
+	}
+	return (datagram - DataOverhead) / (MsgOverhead + msgSize)
+}
+
+// MaxBundledMessageLen returns the largest message that travels unfragmented
+// in a DATA datagram of datagram bytes (trailer subtracted as above), or -1
+// if none does.
+func MaxBundledMessageLen(datagram int) int {
+	return min(MaxMessageLen, datagram-DataOverhead-MsgOverhead)
+}
+
+// Data is a decoded DATA datagram: Count messages with seqnos First ..
+// First+Count-1 sent by Origin. Origin is the header's Sender except when a
+// peer repairs the data of a sender that has left the view. The messages are
+// read in place with Messages. FlagRepair in the header marks a
+// retransmission.
+type Data struct {
+	Origin digest.Member
+	First  uint64
+	Count  int
+	msgs   []byte
+}
+
+// Last returns the seqno of the last message, First+Count-1.
+func (d *Data) Last() uint64 { return d.First + uint64(d.Count) - 1 }
+
+// Messages returns an iterator over the messages, in seqno order.
+func (d *Data) Messages() MsgIter { return MsgIter{b: d.msgs, seq: d.First - 1} }
+
+// AppendMessages appends the Count payloads to dst (slices of the datagram,
+// no copies) and returns it; with cap(dst) large enough it does not allocate.
+func (d *Data) AppendMessages(dst [][]byte) [][]byte {
+	it := d.Messages()
+	for p, ok := it.Next(); ok; p, ok = it.Next() {
+		dst = append(dst, p)
+	}
+	return dst
+}
+
+// MsgIter reads the messages of a Data in place. The zero value is empty.
+type MsgIter struct {
+	b   []byte
+	seq uint64
+}
+
+// Next returns the next message's payload, a slice of the datagram capped at
+// its length (appending to it cannot overwrite the next message), or ok
+// false after the last one.
+func (it *MsgIter) Next() (payload []byte, ok bool) {
+	if len(it.b) < MsgOverhead {
+		return nil, false
+	}
+	end := MsgOverhead + int(binary.LittleEndian.Uint16(it.b))
+	if end > len(it.b) {
+		it.b = nil
+		return nil, false
+	}
+	payload = it.b[MsgOverhead:end:end]
+	it.b = it.b[end:]
+	it.seq++
+	return payload, true
+}
+
+// Seq returns the seqno of the message last returned by Next.
+func (it *MsgIter) Seq() uint64 { return it.seq }
+
+// DecodeData decodes the body of a DATA datagram (h and body as returned by
+// DecodeHeader). It walks every message length: the count must be at least 1
+// and the messages must end exactly at the end of the body (ErrTruncated if a
+// length runs past it or messages are missing, ErrMalformed if bytes are
+// left over). First must be at least 1, the run must not overflow, Origin must
+// not be zero. It does not allocate.
+func DecodeData(h Header, body []byte) (Data, error) {
+	fix, rest, err := split(h, body, TypeData, DataFixed)
+	if err != nil {
+		return Data{}, err
+	}
+	first := binary.LittleEndian.Uint64(fix)
+	origin := getMember(fix[8:])
+	count := binary.LittleEndian.Uint32(fix[20:])
+	if first == 0 || count == 0 || origin.IsZero() || first-1 > math.MaxUint64-uint64(count) {
+		return Data{}, ErrMalformed
+	}
+	if uint64(count) > uint64(len(rest)/MsgOverhead) {
+		return Data{}, ErrTruncated
+	}
+	off := 0
+	for range count {
+		if len(rest)-off < MsgOverhead {
+			return Data{}, ErrTruncated
+		}
+		off += MsgOverhead + int(binary.LittleEndian.Uint16(rest[off:]))
+		if off > len(rest) {
+			return Data{}, ErrTruncated
+		}
+	}
+	if off != len(rest) {
+		return Data{}, ErrMalformed
+	}
+	return Data{Origin: origin, First: first, Count: int(count), msgs: rest}, nil
+}
+
+// DataWriter builds a DATA datagram in a caller's buffer: Reset, then Append
+// or Claim messages until one does not fit, then Finish. The zero value
+// accepts nothing until Reset. A DataWriter does not allocate.
+type DataWriter struct {
+	buf      []byte
+	h        Header
+	off      int    // end of the last message
+	limit    int    // where messages must end: len(buf) minus the trailer
+	count    int    // messages so far
+	maxCount uint64 // the run must not pass math.MaxUint64 nor the uint32 count
+}
+
+// Reset starts a bundle in buf (its length, not its capacity, is the
+// datagram limit) with header h (Type and Len are set by the writer),
+// messages from origin starting at seqno first. It fails with ErrMalformed
+// for a zero origin, first 0 or a header the decoder would reject, and with
+// ErrShortBuffer if buf cannot hold the header, one empty message and the
+// trailer; the writer then accepts nothing.
+func (w *DataWriter) Reset(buf []byte, h Header, origin digest.Member, first uint64) error {
+	*w = DataWriter{}
+	if err := checkHeader(h); err != nil {
+		return err
+	}
+	if origin.IsZero() || first == 0 {
+		return ErrMalformed
+	}
+	limit := len(buf) - trailerLen(h)
+	if limit < DataOverhead+MsgOverhead {
+		return ErrShortBuffer
+	}
+	h.Type, h.Len = TypeData, DataOverhead
+	putHeader(buf, h)
+	b := buf[HeaderLen:DataOverhead]
+	binary.LittleEndian.PutUint64(b, first)
+	putMember(b[8:], origin)
+	binary.LittleEndian.PutUint32(b[20:], 0)
+	*w = DataWriter{
+		buf: buf, h: h, off: DataOverhead, limit: limit,
+		maxCount: min(math.MaxUint32, math.MaxUint64-first+1),
+	}
+	return nil
+}
+
+// Append adds a copy of payload as the next message. It returns false, and
+// changes nothing, if the message does not fit in the buffer, is longer than
+// MaxMessageLen, or the run is full.
+func (w *DataWriter) Append(payload []byte) bool {
+	p := w.Claim(len(payload))
+	if p == nil {
+		return false
+	}
+	copy(p, payload)
+	return true
+}
+
+// Claim adds a message of n bytes and returns the slice where the caller
+// writes it in place (zero copy), capped at n. It returns nil, and changes
+// nothing, when Append would return false.
+func (w *DataWriter) Claim(n int) []byte {
+	if n < 0 || n > MaxMessageLen || uint64(w.count) >= w.maxCount || w.limit-w.off < MsgOverhead+n {
+		return nil
+	}
+	binary.LittleEndian.PutUint16(w.buf[w.off:], uint16(n))
+	start := w.off + MsgOverhead
+	w.off = start + n
+	w.count++
+	return w.buf[start:w.off:w.off]
+}
+
+// Count returns the number of messages added since Reset.
+func (w *DataWriter) Count() int { return w.count }
+
+// Next returns the seqno the next message would get.
+func (w *DataWriter) Next() uint64 {
+	if w.buf == nil {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(w.buf[HeaderLen:]) + uint64(w.count)
+}
+
+// Len returns the length the datagram would have if finished now, trailer
+// included.
+func (w *DataWriter) Len() int {
+	if w.buf == nil {
+		return 0
+	}
+	return w.off + trailerLen(w.h)
+}
+
+// Remaining returns the largest message Append would accept now, or -1 if
+// none (not even an empty one).
+func (w *DataWriter) Remaining() int {
+	if w.buf == nil || uint64(w.count) >= w.maxCount {
+		return -1
+	}
+	return min(MaxMessageLen, w.limit-w.off-MsgOverhead)
+}
+
+// Finish writes the count and the zeroed trailer (FlagAuth) and returns the
+// datagram, a prefix of the buffer given to Reset. It returns nil if no
+// message was added (an empty DATA is malformed). Messages may still be
+// added after Finish; call it again to get the longer datagram.
+func (w *DataWriter) Finish() []byte {
+	if w.count == 0 {
+		return nil
+	}
+	binary.LittleEndian.PutUint32(w.buf[HeaderLen+20:], uint32(w.count))
+	return finish(w.buf, w.h, w.off)
+}

@@ -1,0 +1,6 @@
+//go:build race
+
+package wire
+
+// raceEnabled reduces iteration counts under the race detector.
+const raceEnabled = true
