@@ -1,0 +1,122 @@
+package ring
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// Publication is the send-side ring: many producers, one consumer.
+//
+// A producer claims n consecutive seqnos at once (TryClaim; the first seqno
+// ever claimed is 1), writes each claimed slot with Commit, and the consumer
+// (the sender agent) reads committed slots in seqno order with Poll, which
+// frees their space. A claim never blocks: when there is not enough free
+// space TryClaim fails and waiting (back-pressure) is the caller's business,
+// before it claims. Between a claim and its commits nothing blocks and
+// nothing can be cancelled, so every claimed seqno is eventually committed
+// and Poll never stalls forever behind an empty slot; a producer that claims
+// must commit every seqno it claimed.
+//
+// TryClaim and Commit are safe from any number of goroutines; Poll belongs
+// to one consumer goroutine; Capacity, Free and Len are atomic snapshots
+// safe from anywhere.
+type Publication[T any] struct {
+	capacity uint64
+	mask     uint64
+	slots    []pubSlot[T]
+
+	_ [cacheLine]byte
+	// tail is the highest claimed seqno (CAS by producers).
+	tail atomic.Uint64
+	_    [cacheLine]byte
+	// head is the highest polled seqno (written by the consumer).
+	head atomic.Uint64
+	_    [cacheLine]byte
+}
+
+// pubSlot holds one seqno's value; seq equals that seqno once committed, so
+// a slot still stamped with the previous lap's seqno reads as uncommitted.
+type pubSlot[T any] struct {
+	seq atomic.Uint64
+	v   T
+}
+
+// NewPublication returns an empty publication ring of capacity slots, a
+// power of two.
+func NewPublication[T any](capacity int) (*Publication[T], error) {
+	if err := checkCapacity(capacity); err != nil {
+		return nil, fmt.Errorf("new publication: %w", err)
+	}
+	return &Publication[T]{
+		capacity: uint64(capacity),
+		mask:     uint64(capacity) - 1,
+		slots:    make([]pubSlot[T], capacity),
+	}, nil
+}
+
+// Capacity returns the number of slots, fixed at creation.
+func (p *Publication[T]) Capacity() int { return int(p.capacity) }
+
+// TryClaim atomically claims n consecutive seqnos and returns the first.
+// It fails (ok false) without blocking when fewer than n slots are free, and
+// always when n < 1 or n > Capacity(). Every claimed seqno must then be
+// committed.
+func (p *Publication[T]) TryClaim(n int) (first uint64, ok bool) {
+	if n < 1 || uint64(n) > p.capacity {
+		return 0, false
+	}
+	k := uint64(n)
+	for {
+		h := p.head.Load() // before tail, so h <= t
+		t := p.tail.Load()
+		if t+k-h > p.capacity {
+			return 0, false
+		}
+		if p.tail.CompareAndSwap(t, t+k) {
+			return t + 1, true
+		}
+	}
+}
+
+// Commit publishes v at seq, a seqno claimed by TryClaim and not committed
+// yet. The seqnos of a claim may be committed in any order and from any
+// goroutine.
+func (p *Publication[T]) Commit(seq uint64, v T) {
+	s := &p.slots[seq&p.mask]
+	s.v = v
+	s.seq.Store(seq) // release: Poll reads v after seeing seq
+}
+
+// Poll copies into dst the committed values from the next unpolled seqno
+// on, in seqno order, stopping at the first uncommitted one or when dst is
+// full, and frees their slots. It returns the first seqno (also when n is 0)
+// and how many values it copied. Consumer side.
+func (p *Publication[T]) Poll(dst []T) (first uint64, n int) {
+	var zero T
+	h := p.head.Load()
+	first = h + 1
+	k := uint64(0)
+	for ; k < uint64(len(dst)); k++ {
+		seq := first + k
+		s := &p.slots[seq&p.mask]
+		if s.seq.Load() != seq {
+			break
+		}
+		dst[k] = s.v
+		s.v = zero // drop the reference before the slot is reused
+	}
+	if k > 0 {
+		p.head.Store(h + k) // release: producers may claim these slots again
+	}
+	return first, int(k)
+}
+
+// Free returns how many seqnos could be claimed now.
+func (p *Publication[T]) Free() int { return int(p.capacity) - p.Len() }
+
+// Len returns how many seqnos are claimed and not polled yet (committed or
+// not).
+func (p *Publication[T]) Len() int {
+	h := p.head.Load()
+	return int(p.tail.Load() - h)
+}
