@@ -1,0 +1,202 @@
+package nakack
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// TestFragments: a message larger than a bundle is split into fragments with
+// their own seqnos; a lost fragment is repaired alone; the message is
+// delivered once, whole, under its first seqno, interleaved in order with
+// small messages.
+func TestFragments(t *testing.T) {
+	c := newCluster(t, nil, mB, mA)
+	big := bytes.Repeat([]byte("0123456789"), 500) // 5000 B: 4 fragments of 1340
+	b := c.p(mB)
+	_, err := b.Send([]byte("small1"), c.now)
+	require.NoError(t, err)
+	seq, err := b.Send(big, c.now)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), seq)
+	_, err = b.Send([]byte("small2"), c.now)
+	require.NoError(t, err)
+	b.Flush(c.now)
+	require.Equal(t, uint64(7), b.NextSeq())
+	ds := c.take()
+	require.Len(t, ds, 6)
+	// Fragment 3 (seqno 4) lost once.
+	c.deliver(ds, func(d dgram, to digest.Member) bool {
+		_, first, _ := dataRange(t, d)
+		return d.typ == wire.TypeFrag && first == 4
+	})
+	c.poll()
+	require.Equal(t, []uint64{1}, c.rec(mA).seqs(mB))
+	after := c.run(c.now+time.Second, nil)
+	require.Equal(t, []wire.Range{rg(4, 4)}, xmitRanges(t, after, mB))
+	require.Equal(t, []uint64{1, 2, 6}, c.rec(mA).seqs(mB))
+	require.Equal(t, string(big), c.rec(mA).dels[1].payload)
+	require.Equal(t, string(big), c.rec(mB).dels[1].payload, "delivered to self whole")
+}
+
+// TestFragmentLostRangeReportsWholeMessage: a lost range touching a
+// fragmented message reports the whole message lost, once.
+func TestFragmentLostRangeReportsWholeMessage(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.MaxBundle = 1 }, mB, mA)
+	big := bytes.Repeat([]byte("x"), 4000) // 3 fragments
+	b := c.p(mB)
+	for _, p := range [][]byte{[]byte("m1"), big, []byte("m5"), big, []byte("m9")} {
+		_, err := b.Send(p, c.now)
+		require.NoError(t, err)
+	}
+	b.Flush(c.now)
+	ds := c.take()
+	require.Equal(t, uint64(10), b.NextSeq())
+	// A gets 1, 2 (frag 0 of 2..4), 5, 8 (frag 2 of 6..8), 9; B purged 3..7.
+	for _, d := range ds {
+		if _, first, _ := dataRange(t, d); first == 1 || first == 2 || first == 5 || first == 8 || first == 9 {
+			c.deliverTo(d, mA)
+		}
+	}
+	b.Poll(c.rec(mB), 100)
+	_, err := b.ForcePurge(mB, 7)
+	require.NoError(t, err)
+	c.run(c.now+time.Second, nil)
+	a := c.rec(mA)
+	require.Equal(t, []uint64{1, 5, 9}, a.seqs(mB))
+	require.Equal(t, []lostEvent{{mB, 2, 4}, {mB, 6, 8}}, a.lostOf(mB),
+		"each message a lost range touches is reported whole, once")
+}
+
+// TestDepartedSenderCut: a sender leaves; survivors complete its messages
+// from each other up to the cut (any holder repairs, never MSG_NOT_FOUND),
+// what no survivor holds is declared lost, and the window closes.
+func TestDepartedSenderCut(t *testing.T) {
+	c := newCluster(t, nil, mA, mB, mC)
+	ds := c.send(mC, true, payloads("c", 1, 6)...)
+	// A gets 1..4, B gets 1..2 and 4..5; nobody but C got 6.
+	for i, d := range ds {
+		s := uint64(i + 1)
+		if s <= 4 {
+			c.deliverTo(d, mA)
+		}
+		if s <= 2 || s == 4 || s == 5 {
+			c.deliverTo(d, mB)
+		}
+	}
+	// C crashes: the view excludes it.
+	delete(c.nodes, mC)
+	c.order = []digest.Member{mA, mB}
+	v2 := View{ID: digest.ViewID{Coord: mA, Counter: 2}, Members: []digest.Member{mA, mB}}
+	for _, m := range c.order {
+		c.p(m).InstallView(v2, digest.Digest{}, c.now)
+	}
+	c.run(c.now+100*time.Millisecond, nil)
+	// The coordinator collects highest received and fixes the cut at 5.
+	ha, _ := c.p(mA).HighestReceived(mC)
+	hb, _ := c.p(mB).HighestReceived(mC)
+	require.Equal(t, uint64(4), ha)
+	require.Equal(t, uint64(5), hb)
+	for _, m := range c.order {
+		require.NoError(t, c.p(m).CompleteCut(mC, 5, c.now))
+	}
+	c.run(c.now+time.Second, nil)
+	for _, m := range c.order {
+		require.Equal(t, span(1, 5), c.rec(m).seqs(mC), "member %v", m)
+		require.Zero(t, c.p(m).Stats().MsgNotFoundSent)
+	}
+	// A range no survivor holds (here none) would be declared lost.
+	n, err := c.p(mA).DeclareLost(mC, 6, 5, c.now)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	for _, m := range c.order {
+		_, err := c.p(m).CloseWindow(mC)
+		require.NoError(t, err)
+		_, ok := c.p(m).WindowState(mC)
+		require.False(t, ok)
+	}
+	after := c.run(c.now+time.Second, nil)
+	require.Empty(t, xmitRanges(t, after, mC))
+}
+
+// TestMergeDigestReportsPurgedAsLost: merging a digest whose holder purged
+// what we lack reports it lost once and fetches the rest; our own window is
+// never touched.
+func TestMergeDigestReportsPurgedAsLost(t *testing.T) {
+	c := newCluster(t, nil, mB, mA)
+	ds := c.send(mB, true, payloads("b", 1, 10)...)
+	c.deliver(ds[:3], nil)
+	c.deliver(ds[3:], func(d dgram, to digest.Member) bool { return to == mA })
+	c.poll()
+	b := c.p(mB)
+	_, err := b.ForcePurge(mB, 6)
+	require.NoError(t, err)
+	own, _ := c.p(mA).WindowState(mA)
+	c.p(mA).MergeDigest(digest.New([]digest.Entry{
+		{Member: mB, Low: 6, Delivered: 10, Received: 10},
+		{Member: mA, Low: 99, Delivered: 99, Received: 99},
+	}), c.now)
+	ownAfter, _ := c.p(mA).WindowState(mA)
+	require.Equal(t, own, ownAfter)
+	c.run(c.now+time.Second, nil)
+	require.Equal(t, []lostEvent{{mB, 4, 6}}, c.rec(mA).lostOf(mB))
+	require.Equal(t, cat(span(1, 3), span(7, 10)), c.rec(mA).seqs(mB))
+	require.Zero(t, b.Stats().MsgNotFoundSent)
+}
+
+// TestBackPressure: Send refuses before claiming a seqno when the own
+// retention window is full, and succeeds again after stability purges.
+func TestBackPressure(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.SendWindow, cfg.RecvWindow = 16, 16 }, mA, mB)
+	a := c.p(mA)
+	for range 16 {
+		_, err := a.Send([]byte("x"), c.now)
+		require.NoError(t, err)
+	}
+	_, err := a.Send([]byte("x"), c.now)
+	require.ErrorIs(t, err, ErrBackPressure)
+	require.Equal(t, uint64(17), a.NextSeq(), "nothing claimed")
+	a.Flush(c.now)
+	c.run(c.now+time.Millisecond, nil)
+	for _, m := range c.order {
+		c.p(m).sendStable(c.now)
+	}
+	c.run(c.now+time.Millisecond, nil)
+	seq, err := a.Send([]byte("x"), c.now)
+	require.NoError(t, err)
+	require.Equal(t, uint64(17), seq)
+	require.Equal(t, uint64(1), a.Stats().BackPressure)
+}
+
+// TestPendingNonMember: data from a sender without a window waits in the
+// bounded queue and is inserted once a view gives it a window, or dropped.
+func TestPendingNonMember(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.PendingMax = 2 }, mA, mB)
+	cfg := testConfig(mC)
+	cfg.Pool = c.pool
+	cp, err := New(cfg)
+	require.NoError(t, err)
+	v2 := View{ID: digest.ViewID{Coord: mA, Counter: 2}, Members: []digest.Member{mA, mB, mC}}
+	cp.InstallView(v2, digest.New([]digest.Entry{{Member: mA}, {Member: mB}, {Member: mC}}), 0)
+	for _, s := range payloads("c", 1, 3) {
+		_, err := cp.Send([]byte(s), 0)
+		require.NoError(t, err)
+		cp.Flush(0)
+	}
+	for _, o := range cp.Outbox() {
+		c.deliverTo(dgram{from: mC, data: append([]byte(nil), o.Buf.Bytes()...)}, mA)
+		o.Buf.Release()
+	}
+	cp.ClearOutbox()
+	a := c.p(mA)
+	require.Equal(t, uint64(2), a.Stats().Pending)
+	require.Equal(t, uint64(1), a.Stats().Drops.NotMember)
+	a.InstallView(v2, digest.Digest{}, c.now)
+	a.Poll(c.rec(mA), 100)
+	require.Equal(t, []uint64{1, 2}, c.rec(mA).seqs(mC))
+	require.Equal(t, uint64(2), a.Stats().PendingInserted)
+}
