@@ -20,7 +20,17 @@
 //     Drain) and an adapter running a *nakack.Protocol as a Node
 //     (NakackNode), an application Recorder that checks per-sender FIFO
 //     exactly-once delivery against the Ledger of what was sent, and traffic
-//     generators (Traffic) that honour back-pressure by retrying later.
+//     generators (Traffic) that honour back-pressure by retrying later. A
+//     gms layer plugs in by implementing Node around its own state machine
+//     and a nakack.Protocol; Sim.Do, Crash, AddNode and Partition give it
+//     joins, crashes and partitions.
+//   - Group, a whole nakack group on one Sim with its end invariants
+//     (RunToQuiescence: everything delivered or reported lost, rings
+//     drained, no retransmission traffic once settled, no sender left
+//     back-pressured, no MSG_NOT_FOUND or lost range in clean runs), and the
+//     observers that decode the wire traffic: Meter (datagrams by type,
+//     repairs) and LossTracker (requests per lost range, repairs per lost
+//     message, drop-to-repair delay).
 //
 // # Delay model
 //
