@@ -59,8 +59,8 @@ const (
 	DefaultNakDelay       = 2 * time.Millisecond
 	DefaultNakInterval    = 10 * time.Millisecond
 	DefaultNakMaxInterval = 500 * time.Millisecond
-	DefaultStableInterval = 50 * time.Millisecond
-	DefaultStableBytes    = 4 << 20
+	DefaultStableInterval = 10 * time.Millisecond
+	DefaultStableBytes    = 1 << 20
 	DefaultHeartbeat      = 500 * time.Millisecond
 	DefaultSuspectTimeout = 5 * time.Second
 	DefaultDeliverBatch   = 1024
@@ -146,8 +146,11 @@ type Config struct {
 	// it is full or when the publication ring goes idle, so a lone message
 	// never waits).
 	BundleDelay time.Duration
-	// Window is the capacity of the retransmission store and of every
-	// receive window, in messages (power of two, default 65536).
+	// Window is the capacity of the retransmission store, in messages
+	// (power of two, default 65536): a sender back-pressures when this many
+	// of its messages are not yet stable. Receive windows get twice as
+	// much, so a receiver that missed one STABILITY (and so purged late)
+	// can still hold everything a sender may have in flight.
 	Window int
 
 	// NakDelay is the wait before the first retransmission request for a
@@ -158,10 +161,11 @@ type Config struct {
 	// NakMaxInterval caps the backoff (default 500ms).
 	NakMaxInterval time.Duration
 	// StableInterval is how often members send their delivered digest to
-	// the coordinator (default 50ms).
+	// the coordinator (default 10ms: stability is the senders' flow-control
+	// credit, so a long interval stalls a sender whose Window is full).
 	StableInterval time.Duration
 	// StableBytes also triggers a STABLE after this many bytes received
-	// (default 4 MiB).
+	// (default 1 MiB).
 	StableBytes int
 	// HeartbeatInterval and SuspectTimeout are the failure-detection
 	// timeouts used by membership (gms); validated now, used when gms
