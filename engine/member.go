@@ -125,7 +125,7 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 	view := nakack.View{ID: digest.ViewID{Coord: cfg.Members[0], Counter: 1}, Members: cfg.Members}
 	m.proto.InstallView(view, digest.Digest{}, 0)
 	m.events.push(Event{Kind: EventView, View: view.ID, Members: append([]digest.Member(nil), cfg.Members...)})
-	m.log.l.Info("member open", "group", tr.Group().String(), "local", tr.LocalAddr().String(),
+	m.log.l.Debug("member open", "group", tr.Group().String(), "local", tr.LocalAddr().String(),
 		"members", len(cfg.Members), "idle", cfg.Idle.String(), "max_datagram", cfg.MaxDatagram)
 	go m.ag.run()
 	return m, nil
@@ -316,7 +316,7 @@ func (m *Member) Close(ctx context.Context) error {
 			m.closeErr = fmt.Errorf("close %v: %w", m.cfg.Self, err)
 		}
 		m.events.close()
-		m.log.l.Info("member closed", "drained", m.drained.Load())
+		m.log.l.Debug("member closed", "drained", m.drained.Load())
 	})
 	return m.closeErr
 }
