@@ -7,27 +7,56 @@ import (
 	"github.com/nakcast/nakcast/wire"
 )
 
-// nakRound sends one round of requests for s's gaps and backs off.
+// nakRound sends one round of requests for s: every gap if the retry
+// deadline passed, else only the gaps above the last request.
 func (p *Protocol) nakRound(s *sender, now time.Duration) {
-	rs := p.collectGaps(s)
+	includeOld := now >= s.oldAt
+	above := uint64(0)
+	if !includeOld {
+		above = s.reqTo
+	}
+	rs := p.collectGaps(s, above)
 	if len(rs) == 0 || !p.hasView {
-		p.disarm(s)
+		if !s.hasGaps() || !p.hasView {
+			p.disarm(s)
+			return
+		}
+		// Gaps exist but none is requestable now (beyond the window's
+		// capacity until a purge makes room): look again later.
+		s.newAt = NoDeadline
+		if s.oldAt <= now {
+			s.oldAt = now + p.nextBackoff(s.backoff)
+		}
+		s.nakAt = s.oldAt
 		return
 	}
 	p.sendXmitReq(s, rs)
-	s.backoff = p.nextBackoff(s.backoff)
-	s.nakAt = now + s.backoff + p.jitter()
+	s.reqTo = max(s.reqTo, rs[len(rs)-1].To)
+	s.lastReq = now
+	s.newAt = NoDeadline
+	if includeOld {
+		s.backoff = p.nextBackoff(s.backoff)
+		s.oldest = s.oldestGap()
+		s.oldAt = now + s.backoff + p.jitter()
+	} else {
+		if s.backoff == 0 {
+			s.backoff = p.cfg.NakInterval
+			s.oldest = s.oldestGap()
+		}
+		s.oldAt = min(s.oldAt, now+p.cfg.NakInterval+p.jitter())
+	}
+	s.nakAt = min(s.oldAt, s.newAt)
 }
 
 // collectGaps returns (in p.ranges) the missing ranges of s above what it
 // delivered and above its floor, up to what it wants (target), within the
 // window's capacity, at most MaxNakRanges.
-func (p *Protocol) collectGaps(s *sender) []wire.Range {
+func (p *Protocol) collectGaps(s *sender, above uint64) []wire.Range {
 	rs := p.ranges[:0]
 	if s.own {
 		return rs
 	}
-	after := max(s.contig, s.delivered(), s.floor)
+	after := max(s.contig, s.delivered(), s.floor, above)
 	tgt := min(s.target(), s.low()+uint64(s.cap))
 	if after >= tgt {
 		return rs
@@ -74,27 +103,50 @@ func (p *Protocol) sendXmitReq(s *sender, rs []wire.Range) {
 	}
 }
 
-// suppress takes another member's request for s as ours: if it covers our
-// oldest gap, our timer backs off as if we had sent it (SRM-style
-// suppression); it is also remembered so a gap we detect right after does
-// not trigger a request of its own.
+// suppress takes another member's request for s as ours (SRM-style
+// suppression): if it covers our oldest gap, our retry backs off as if we
+// had sent it; if it covers our first new (never requested) gap, everything
+// up to its highest seqno counts as requested. It is also remembered so a
+// gap we detect right after does not trigger a request of its own.
 func (p *Protocol) suppress(s *sender, req *wire.XmitReq, now time.Duration) {
-	g := max(s.contig, s.delivered(), s.floor) + 1
-	covers := false
+	g := s.oldestGap()
+	fa, hasNew := s.firstGapAbove(s.reqTo)
+	coversOld, coversNew := false, false
 	var hi uint64
 	for i := 0; i < req.Ranges.Len(); i++ {
 		r := req.Ranges.At(i)
 		hi = max(hi, r.To)
-		if r.From <= g && g <= r.To {
-			covers = true
+		coversOld = coversOld || r.Contains(g)
+		coversNew = coversNew || (hasNew && r.Contains(fa))
+	}
+	if hi >= g {
+		s.otherTo, s.otherAt = max(s.otherTo, hi), now
+	}
+	if !s.armed || !(coversOld || coversNew) {
+		return
+	}
+	if coversOld && g <= s.reqTo {
+		if now >= s.lastReq+s.backoff/2 { // grow once per round, however many ask
+			s.backoff = p.nextBackoff(s.backoff)
+		}
+		s.oldest = g
+		s.lastReq = now
+		s.oldAt = now + s.backoff + p.jitter()
+	}
+	if coversNew || (coversOld && g > s.reqTo) {
+		s.reqTo = max(s.reqTo, hi)
+		s.lastReq = now
+		if s.backoff == 0 {
+			s.backoff = p.cfg.NakInterval
+			s.oldest = g
+		}
+		if s.oldAt == NoDeadline {
+			s.oldAt = now + s.backoff + p.jitter()
+		}
+		if !s.hasGapAbove(s.reqTo) {
+			s.newAt = NoDeadline
 		}
 	}
-	if covers {
-		s.otherTo, s.otherAt = hi, now
-	}
-	if covers && s.armed {
-		s.backoff = p.nextBackoff(s.backoff)
-		s.nakAt = now + s.backoff + p.jitter()
-		p.stats.Suppressed++
-	}
+	s.nakAt = min(s.oldAt, s.newAt)
+	p.stats.Suppressed++
 }

@@ -63,12 +63,23 @@ type sender struct {
 	cut     uint64 // departed: deliver and fetch only up to cut
 	hasCut  bool
 
-	// NAK timer.
+	// NAK timer: one per window, two deadlines. Gaps at or below reqTo
+	// (already requested, by us or by another member whose request
+	// suppressed ours) are retried at oldAt with exponential backoff that
+	// restarts when the oldest gap changes; gaps above reqTo (new) are
+	// requested at newAt, after the reorder delay plus jitter. nakAt is the
+	// earlier of the two.
 	armed   bool
 	armIdx  int
 	nakAt   time.Duration
+	oldAt   time.Duration
+	newAt   time.Duration
 	backoff time.Duration
-	// last request seen from another member: its highest To and when.
+	reqTo   uint64
+	oldest  uint64 // oldest gap when the backoff last grew
+	lastReq time.Duration
+	// last request seen from another member covering our oldest gap: its
+	// highest To and when.
 	otherTo uint64
 	otherAt time.Duration
 
@@ -337,25 +348,41 @@ func (p *Protocol) jitter() time.Duration {
 	return time.Duration(float64(j) * math.Log1p(u*p.expm1Lam) / p.lambda)
 }
 
-// arm starts s's NAK timer if it is not running: the first request after
-// NakDelay plus jitter, or, if another member recently asked for our oldest
-// gap, after a retry interval (as if we had asked).
-func (p *Protocol) arm(s *sender, now time.Duration) {
-	if s.armed {
-		return
+// oldestGap returns the first seqno s lacks and wants.
+func (s *sender) oldestGap() uint64 { return max(s.contig, s.delivered(), s.floor) + 1 }
+
+// firstGapAbove returns the first seqno above x that s lacks and wants.
+func (s *sender) firstGapAbove(x uint64) (uint64, bool) {
+	t := s.target()
+	x = max(x, s.oldestGap()-1)
+	if x >= t {
+		return 0, false
 	}
+	if s.win != nil {
+		if g, ok := s.win.NextGap(x); ok && g.From <= t {
+			return g.From, true
+		}
+	}
+	if r := max(s.received(), x); t > r {
+		return r + 1, true
+	}
+	return 0, false
+}
+
+// hasGapAbove reports whether s lacks and wants a seqno above x.
+func (s *sender) hasGapAbove(x uint64) bool {
+	_, ok := s.firstGapAbove(x)
+	return ok
+}
+
+// arm starts s's NAK timer for a fresh gap episode.
+func (p *Protocol) arm(s *sender, now time.Duration) {
 	s.armed = true
 	s.armIdx = len(p.armed)
 	p.armed = append(p.armed, s)
 	s.backoff = 0
-	g := max(s.contig, s.delivered(), s.floor) + 1
-	if s.otherTo >= g && now-s.otherAt < p.cfg.NakInterval {
-		s.backoff = p.cfg.NakInterval
-		s.nakAt = s.otherAt + s.backoff + p.jitter()
-		p.stats.Suppressed++
-		return
-	}
-	s.nakAt = now + p.cfg.NakDelay + p.jitter()
+	s.oldAt, s.newAt = NoDeadline, NoDeadline
+	s.oldest = 0
 }
 
 func (p *Protocol) disarm(s *sender) {
@@ -371,12 +398,42 @@ func (p *Protocol) disarm(s *sender) {
 	s.armIdx = -1
 }
 
-// checkGaps arms or disarms s's NAK timer after its state changed.
+// checkGaps (re)computes s's NAK deadlines after its state changed.
 func (p *Protocol) checkGaps(s *sender, now time.Duration) {
-	if s.hasGaps() {
-		p.arm(s, now)
-	} else {
+	if !s.hasGaps() {
 		p.disarm(s)
+		return
+	}
+	if !s.armed {
+		p.arm(s, now)
+	}
+	g := s.oldestGap()
+	if g <= s.reqTo {
+		if s.oldest != 0 && g != s.oldest && s.backoff > p.cfg.NakInterval {
+			// Progress: the backoff grew for a gap now filled; the new
+			// oldest gap was requested at lastReq and is retried one
+			// interval after it.
+			s.backoff = p.cfg.NakInterval
+			s.oldAt = min(s.oldAt, s.lastReq+s.backoff+p.jitter())
+		}
+		if s.oldAt == NoDeadline {
+			s.oldAt = s.lastReq + p.nextBackoff(s.backoff)
+		}
+	}
+	if s.newAt == NoDeadline && s.hasGapAbove(s.reqTo) {
+		if s.otherTo >= max(g, s.reqTo+1) && now-s.otherAt < p.cfg.NakInterval {
+			// Another member asked for it an instant ago: as if we had.
+			s.reqTo = max(s.reqTo, s.otherTo)
+			s.lastReq = s.otherAt
+			s.oldAt = min(s.oldAt, s.otherAt+p.cfg.NakInterval+p.jitter())
+			p.stats.Suppressed++
+		} else {
+			s.newAt = now + p.cfg.NakDelay + p.jitter()
+		}
+	}
+	s.nakAt = min(s.oldAt, s.newAt)
+	if s.nakAt == NoDeadline { // nothing schedulable (cannot happen with gaps)
+		s.nakAt = now + p.cfg.NakInterval
 	}
 }
 
@@ -397,7 +454,10 @@ func (p *Protocol) Tick(now time.Duration) {
 			continue
 		}
 		p.nakRound(s, now)
-		if s.armed && p.armed[i] == s {
+		if s.armed && s.nakAt <= now { // never leave a deadline that does not advance
+			s.nakAt = now + p.cfg.NakInterval
+		}
+		if i < len(p.armed) && p.armed[i] == s {
 			i++
 		}
 	}
