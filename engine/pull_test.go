@@ -155,11 +155,26 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 			for range 30 { // warm pools, windows and free lists
 				run()
 			}
-			allocs := testing.AllocsPerRun(10, run)
+			// Like testing.AllocsPerRun, but the buffer pools' growth is
+			// accounted apart: a new retention high-water mark (it depends
+			// on when stability rounds fall) makes a pool allocate a
+			// datagram buffer (2 allocations), bounded by Config.PoolBytes
+			// and reused for ever after: memory bounded by config, not an
+			// allocation per message.
+			poolAllocs := func() uint64 { return ms[0].pool.Stats().Allocs + ms[1].pool.Stats().Allocs }
+			const runs = 10
+			var before, after runtime.MemStats
+			p0 := poolAllocs()
+			runtime.ReadMemStats(&before)
+			for range runs {
+				run()
+			}
+			runtime.ReadMemStats(&after)
+			grown := poolAllocs() - p0
+			allocs := float64(after.Mallocs-before.Mallocs-2*grown) / runs
 			perMsg := allocs / batch
-			t.Logf("%.1f allocations per batch of %d: %.4f per message", allocs, batch, perMsg)
-			t.Logf("pool %+v", ms[1].Stats().Pool)
-			require.Less(t, perMsg, 0.01)
+			t.Logf("%.1f allocations per batch of %d besides %d pool buffers grown: %.4f per message", allocs, batch, grown, perMsg)
+			require.Less(t, perMsg, 0.001)
 		})
 	}
 }
