@@ -140,8 +140,10 @@ func (p *Protocol) suppress(s *sender, req *wire.XmitReq, now time.Duration) {
 			s.backoff = p.cfg.NakInterval
 			s.oldest = g
 		}
-		if s.oldAt == NoDeadline {
-			s.oldAt = now + s.backoff + p.jitter()
+		// What was just requested is retried one interval from now, also
+		// when the backoff of older gaps grew far beyond it.
+		if s.oldAt == NoDeadline || s.oldAt > now+p.cfg.NakInterval+p.cfg.NakJitter {
+			s.oldAt = now + p.cfg.NakInterval + p.jitter()
 		}
 		if !s.hasGapAbove(s.reqTo) {
 			s.newAt = NoDeadline
