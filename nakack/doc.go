@@ -62,14 +62,16 @@
 // queue until InstallView/SetDigest decides (then inserted or dropped,
 // counted). Missing ranges, including a tail up to a highest seqno learned
 // from Highest or MSG_NOT_FOUND, become XMIT_REQ ranges coalesced into as few
-// datagrams as fit, per sender window, on one timer per window: the first
-// request after Config.NakDelay (reordering settles) plus a random backoff
-// drawn over Config.NakJitter, then exponential backoff from
-// Config.NakInterval up to Config.NakMaxInterval while a gap stays open.
-// Requests are multicast unless Config.UnicastNaks; a member that sees another
-// member's request for the same sender covering its oldest gap backs off as if
-// it had sent its own (suppression); the arrival of the data cancels the
-// request.
+// datagrams as fit. Each sender window has one timer with two deadlines: gaps
+// never requested yet are asked for after Config.NakDelay (reordering
+// settles) plus a random backoff drawn over Config.NakJitter (truncated
+// exponential, skewed late, so in a large group few receivers fire before
+// the first request reaches the others); gaps already requested are retried
+// with exponential backoff from Config.NakInterval up to
+// Config.NakMaxInterval, restarted when the oldest gap is filled. Requests
+// are multicast unless Config.UnicastNaks; a member that sees another
+// member's request covering its oldest or its first new gap backs off as if
+// it had sent it (suppression); the arrival of the data cancels the request.
 //
 // MSG_NOT_FOUND from the original sender for the current view marks what the
 // sender purged (the seqnos above our delivered, at or below its low, that we
