@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/stretchr/testify/require"
+)
+
+// TestLostRangeEvent forces the seed-000 situation: sender A purges
+// messages 1..10 before B (a member of the static view that starts late)
+// has them. B's request is answered with MSG_NOT_FOUND, and B reports
+// [1,10] exactly once, to the Handler and as an EventLost, then delivers
+// message 11.
+func TestLostRangeEvent(t *testing.T) {
+	ids := testMembers(2)
+	g := testGroup()
+	a, err := Open(context.Background(), Config{Group: g, Self: ids[0], Members: ids, Logger: quietLogger(),
+		Handler: HandlerFunc(func(digest.Member, uint64, []byte) {})})
+	require.NoError(t, err)
+	for range 10 {
+		require.NoError(t, a.TrySend([]byte("gone")))
+	}
+	// Wait until A has sent and delivered all ten to itself, then purge
+	// them by force (an operator action: normally B's absence keeps them).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a.mu.Lock()
+		if e, _ := a.proto.WindowState(a.Self()); e.Delivered == 10 {
+			n, err := a.proto.ForcePurge(a.Self(), 10)
+			a.mu.Unlock()
+			require.NoError(t, err)
+			require.Equal(t, 10, n)
+			break
+		}
+		a.mu.Unlock()
+		require.True(t, time.Now().Before(deadline))
+		time.Sleep(time.Millisecond) // polling the agent's progress, bounded
+	}
+	rec := newRecorder(1)
+	b, err := Open(context.Background(), Config{Group: g, Self: ids[1], Members: ids, Logger: quietLogger(), Handler: rec})
+	require.NoError(t, err)
+	defer closeAll(t, []*Member{a, b}, 5*time.Second)
+	require.NoError(t, a.TrySend([]byte("eleven")))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var lost Event
+	for lost.Kind != EventLost {
+		lost, err = b.NextEvent(ctx)
+		require.NoError(t, err, "a: %+v\n%s\nb: %+v\n%s", a.Stats(), protoDump(a), b.Stats(), protoDump(b))
+		if lost.Kind == EventView {
+			require.Equal(t, ids, lost.Members)
+		}
+	}
+	require.Equal(t, Event{Kind: EventLost, Sender: ids[0], From: 1, To: 10}, lost)
+	select {
+	case <-rec.cond:
+	case <-ctx.Done():
+		t.Fatal("message 11 not delivered")
+	}
+	rec.mu.Lock()
+	require.Equal(t, 1, rec.lost)
+	require.Equal(t, uint64(11), rec.last[ids[0]])
+	rec.mu.Unlock()
+	s := b.Stats()
+	require.Equal(t, uint64(1), s.LostRanges)
+	require.Equal(t, uint64(1), s.MsgNotFoundReceived)
+	var evs [4]Event
+	require.Zero(t, b.PollEvents(evs[:]), "reported once")
+}
