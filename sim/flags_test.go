@@ -21,7 +21,7 @@ var (
 	flagSeed  = flag.Int64("sim.seed", -1, "run only this randomised simulator seed (replay)")
 	flagSeeds = flag.Int("sim.seeds", envInt("NAKCAST_SIM_SEEDS", 0), "number of randomised simulator seeds (0: 500, or 50 under -race)")
 	// flagTightWindows runs the small-send-window scenarios with nakack's
-	// default RecvWindow == SendWindow. Known to fail (e.g. seed 97): a
+	// default RecvWindow == SendWindow. Known to fail (e.g. -sim.seed=28): a
 	// receiver whose STABILITY is late drops the sender's next window as
 	// Full, its NAK round finds nothing requestable below low+capacity and
 	// disarms, and neither the later purge nor a repeated HIGHEST re-arms

@@ -118,6 +118,15 @@ func runScenario(sc scenario) (*Group, error) {
 	return g, g.RunToQuiescence(sc.settleBy, true)
 }
 
+// replayCommand is the command that replays seed alone.
+func replayCommand(seed uint64) string {
+	c := fmt.Sprintf("go test ./sim/ -run TestRandomised -sim.seed=%d -v", seed)
+	if *flagTightWindows {
+		c += " -sim.tightwindows"
+	}
+	return c
+}
+
 // TestRandomised runs seedCount() randomised scenarios (500, 50 under
 // -race; -sim.seeds=N for more) and checks every invariant on each. A
 // failure names its seed; replay it with -sim.seed=N.
@@ -126,7 +135,7 @@ func TestRandomised(t *testing.T) {
 		sc := newScenario(uint64(*flagSeed))
 		t.Log(sc)
 		_, err := runScenario(sc)
-		require.NoError(t, err, "replay: go test ./sim/ -run TestRandomised -sim.seed=%d -v", sc.seed)
+		require.NoError(t, err, "replay: %s", replayCommand(sc.seed))
 		return
 	}
 	n := seedCount()
@@ -139,7 +148,7 @@ func TestRandomised(t *testing.T) {
 				sc := newScenario(uint64(seed))
 				if _, err := runScenario(sc); err != nil {
 					failures[sh]++
-					t.Errorf("%v\n%v\nreplay: go test ./sim/ -run TestRandomised -sim.seed=%d -v", sc, err, seed)
+					t.Errorf("%v\n%v\nreplay: %s", sc, err, replayCommand(sc.seed))
 					if failures[sh] >= 5 {
 						t.Fatalf("stopping this shard after %d failures", failures[sh])
 					}
