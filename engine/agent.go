@@ -53,7 +53,11 @@ type agent struct {
 	protoFull   bool          // the protocol refused the last Send (retention window full)
 	lingerUntil time.Duration // drained: exit at this time
 	bundleAt    time.Duration // when the open bundle got its first message
-	tokens      float64       // rate limit bucket, bytes
+	cum         []uint64      // cumulative payload bytes sent, by own seqno & cumMask
+	cumMask     uint64
+	sentBytes   uint64  // payload bytes handed to the protocol
+	lastSeq     uint64  // highest own seqno
+	tokens      float64 // rate limit bucket, bytes
 	tokensAt    time.Duration
 
 	// write side
@@ -110,6 +114,17 @@ func (a *agent) init(m *Member) {
 	a.pullH = deliverer{m: m}
 	a.drop = deliverer{m: m}
 	a.tokens = float64(m.cfg.BundleBytes)
+	a.cum = make([]uint64, 2*m.cfg.Window)
+	a.cumMask = uint64(2*m.cfg.Window - 1)
+}
+
+// inFlight returns the payload bytes this member sent that are not stable
+// yet (low is its own window's purge point).
+func (a *agent) inFlight(low uint64) uint64 {
+	if low == 0 {
+		return a.sentBytes
+	}
+	return a.sentBytes - a.cum[low&a.cumMask]
 }
 
 // fill makes sure every read slot holds a buffer. It reports false when the
@@ -238,8 +253,17 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 		a.nread = 0
 		work += n
 		m.ctr.datagramsIn.Add(uint64(n))
+		push := m.cfg.Handler != nil
 		for i := 0; i < n; i++ {
 			a.receiveOne(i, now)
+			if push {
+				// Deliver between datagrams: a STABLE that the protocol
+				// sends from inside Receive then reports what was
+				// delivered up to the previous datagram, not up to the
+				// previous read batch (up to 4 MiB behind).
+				d := p.Poll(&a.pushH, m.cfg.DeliverBatch)
+				m.ctr.delivered.Add(uint64(d))
+			}
 		}
 	}
 
@@ -338,6 +362,11 @@ func (a *agent) drainSend(now time.Duration) int {
 	m := a.m
 	p := m.proto
 	work := 0
+	var low uint64
+	if m.cfg.InFlightBytes > 0 {
+		e, _ := p.WindowState(m.cfg.Self)
+		low = e.Low
+	}
 	for {
 		if a.pendI == a.pendN {
 			a.pendFirst, a.pendN = m.q.pub.Poll(a.pend)
@@ -357,6 +386,16 @@ func (a *agent) drainSend(now time.Duration) int {
 			if m.cfg.RateLimit > 0 && !a.takeTokens(int(s.n), now) {
 				return work
 			}
+			if lim := uint64(m.cfg.InFlightBytes); lim > 0 {
+				if f := a.inFlight(low); f > 0 && f+uint64(s.n) > lim {
+					// Flow control: wait for stability to catch up.
+					if !a.protoFull {
+						m.ctr.flowControlWaits.Add(1)
+						a.protoFull = true
+					}
+					return work
+				}
+			}
 			if _, err := p.Send(m.q.payload(seq, s), now); err != nil {
 				if errors.Is(err, nakack.ErrBackPressure) {
 					// Retry once stability purges: after a datagram or
@@ -371,6 +410,11 @@ func (a *agent) drainSend(now time.Duration) int {
 				m.log.rateLimited("send", err)
 			}
 			a.protoFull = false
+			a.sentBytes += uint64(s.n)
+			for last := p.NextSeq() - 1; a.lastSeq < last; {
+				a.lastSeq++
+				a.cum[a.lastSeq&a.cumMask] = a.sentBytes
+			}
 			m.q.release(s)
 			a.pend[a.pendI] = pubSlot{}
 			a.pendI++

@@ -67,4 +67,7 @@ func benchLoopback(b *testing.B, size int, idle IdleStrategy) {
 	b.ReportMetric(float64(s.Sent)/float64(max(s.Bundles, 1)), "msgs/datagram")
 	b.ReportMetric(float64(s.ProtocolBackPressure), "window-full")
 	b.ReportMetric(float64(r.Retransmitted+s.Retransmitted), "retransmitted")
+	b.ReportMetric(float64(s.FlowControlWaits), "flow-waits")
+	b.ReportMetric(float64(r.Protocol.StableSent), "stable-sent")
+	b.ReportMetric(float64(s.Protocol.StabilitySent), "stability-sent")
 }

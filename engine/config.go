@@ -65,6 +65,7 @@ const (
 	DefaultSuspectTimeout = 5 * time.Second
 	DefaultDeliverBatch   = 1024
 	DefaultPoolBytes      = 256 << 20
+	DefaultInFlightBytes  = 32 << 20
 )
 
 // DefaultGroup is the group used when Config.Group is unset.
@@ -190,6 +191,13 @@ type Config struct {
 	// RateLimit caps the bytes per second of payload this member sends
 	// (0: unlimited).
 	RateLimit int64
+	// InFlightBytes is sender flow control: the most payload bytes of this
+	// member's messages that may be unstable (sent but not yet delivered
+	// by every member) before the agent holds further messages back
+	// (default 32 MiB, so a burst of large messages does not overflow the
+	// receivers' socket buffers and turn into repairs; -1: no limit but
+	// Window).
+	InFlightBytes int
 
 	// LossRate drops this fraction of received datagrams before the
 	// protocol sees them, like JGroups' DISCARD (tests only; default 0,
@@ -395,6 +403,13 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Idle > IdleSpin {
 		return bad("Idle %v: want IdleBlock, IdleYield or IdleSpin", c.Idle)
+	}
+	switch {
+	case c.InFlightBytes == 0:
+		c.InFlightBytes = DefaultInFlightBytes
+	case c.InFlightBytes == -1:
+	case c.InFlightBytes < MinDatagram:
+		return bad("InFlightBytes %d: want -1 (no limit), 0 (default %d) or at least %d", c.InFlightBytes, DefaultInFlightBytes, MinDatagram)
 	}
 	if c.RateLimit < 0 {
 		return bad("RateLimit %d: want 0 (unlimited) or a positive bytes/s", c.RateLimit)

@@ -89,6 +89,8 @@ func TestConfigErrors(t *testing.T) {
 		{"PoolBytes", func(c *Config) { c.PoolBytes = 1000 }},
 		{"Idle", func(c *Config) { c.Idle = 9 }},
 		{"RateLimit", func(c *Config) { c.RateLimit = -1 }},
+		{"InFlightBytes", func(c *Config) { c.InFlightBytes = 100 }},
+		{"InFlightBytes", func(c *Config) { c.InFlightBytes = -2 }},
 		{"RateLimit", func(c *Config) { c.RateLimit = 100 }},
 		{"LossRate", func(c *Config) { c.LossRate = 1 }},
 		{"LossRate", func(c *Config) { c.LossRate = -0.1 }},

@@ -96,6 +96,16 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 			"group_rcvbuf", m.info.GroupRecvBuffer, "unicast_rcvbuf", m.info.UnicastRecvBuffer, "sndbuf", m.info.SendBuffer,
 			"want", cfg.RecvBuffer)
 	}
+	stableIval := cfg.StableInterval
+	if cfg.Self == cfg.Members[0] {
+		// The coordinator's own STABLE is a local fold (no datagram), and
+		// a round completes only once it is in: a short interval here lets
+		// a round end as soon as the last member's STABLE arrives instead
+		// of at the coordinator's next 10ms tick, which would stall a
+		// sender whose window is full. Costs the coordinator one fold per
+		// millisecond.
+		stableIval = min(stableIval, coordStableInterval)
+	}
 	m.proto, err = nakack.New(nakack.Config{
 		Self:           cfg.Self,
 		Group:          cfg.GroupID,
@@ -107,7 +117,7 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 		NakDelay:       cfg.NakDelay,
 		NakInterval:    cfg.NakInterval,
 		NakMaxInterval: cfg.NakMaxInterval,
-		StableInterval: cfg.StableInterval,
+		StableInterval: stableIval,
 		StableBytes:    int64(cfg.StableBytes),
 		Seed:           cfg.LossSeed ^ cfg.Self.ID,
 		Logger:         cfg.Logger,
@@ -337,6 +347,9 @@ func (m *Member) wakeAgent() {
 }
 
 var pastDeadline = time.Unix(1, 0)
+
+// coordStableInterval caps the coordinator's STABLE interval (see Open).
+const coordStableInterval = time.Millisecond
 
 // lossRNG is the seeded generator of injected receive loss.
 func newLossRNG(seed uint64, self digest.Member) *rand.Rand {

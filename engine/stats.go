@@ -17,6 +17,7 @@ type counters struct {
 	backPressure         atomic.Uint64
 	backPressureWaits    atomic.Uint64
 	protocolBackPressure atomic.Uint64
+	flowControlWaits     atomic.Uint64
 	datagramsIn          atomic.Uint64
 	datagramsOut         atomic.Uint64
 	socketErrors         atomic.Uint64
@@ -81,11 +82,14 @@ type Stats struct {
 	BackPressure         uint64
 	BackPressureWaits    uint64
 	ProtocolBackPressure uint64
-	SocketErrors         uint64 // read/write errors other than closing
-	ReceiveErrors        uint64 // datagrams the protocol refused (also in Drops)
-	UnicastViaGroup      uint64 // unicasts sent through the group: destination address not learned yet
-	DiscardedOnClose     uint64 // messages not polled when Close drained (pull mode)
-	Drops                Drops
+	// FlowControlWaits counts times the agent held back messages because
+	// Config.InFlightBytes of this member's data were not yet stable.
+	FlowControlWaits uint64
+	SocketErrors     uint64 // read/write errors other than closing
+	ReceiveErrors    uint64 // datagrams the protocol refused (also in Drops)
+	UnicastViaGroup  uint64 // unicasts sent through the group: destination address not learned yet
+	DiscardedOnClose uint64 // messages not polled when Close drained (pull mode)
+	Drops            Drops
 	// Senders is the window of every sender this member knows.
 	Senders []SenderWindow
 	// Protocol, Pool and Transport are the layers' own counters.
@@ -117,6 +121,7 @@ func (m *Member) Stats() Stats {
 		BackPressure:         m.ctr.backPressure.Load(),
 		BackPressureWaits:    m.ctr.backPressureWaits.Load(),
 		ProtocolBackPressure: m.ctr.protocolBackPressure.Load(),
+		FlowControlWaits:     m.ctr.flowControlWaits.Load(),
 		SocketErrors:         m.ctr.socketErrors.Load(),
 		ReceiveErrors:        m.ctr.receiveErrors.Load(),
 		UnicastViaGroup:      m.ctr.unicastViaGroup.Load(),
