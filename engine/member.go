@@ -310,9 +310,9 @@ func (m *Member) Close(ctx context.Context) error {
 		select {
 		case <-m.done:
 		case <-ctx.Done():
-			m.stopAgent()
-			<-m.done
 		}
+		m.stopAgent() // also releases Send calls still waiting for room
+		<-m.done
 		err := m.tr.Close()
 		if errors.Is(err, transport.ErrClosed) {
 			err = nil

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"runtime"
 	"sync/atomic"
@@ -177,4 +178,31 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 			require.Less(t, perMsg, 0.001)
 		})
 	}
+}
+
+// TestSendWaitingWhenClosed checks that a Send blocked under back-pressure
+// returns ErrClosed when the member closes.
+func TestSendWaitingWhenClosed(t *testing.T) {
+	ids := testMembers(2)
+	// Member 1 never starts: nothing becomes stable, so a small window
+	// fills and Send waits.
+	m, err := Open(context.Background(), Config{Group: testGroup(), Self: ids[0], Members: ids, Logger: quietLogger(),
+		Window: 64, RingCapacity: 2, Handler: HandlerFunc(func(digest.Member, uint64, []byte) {})})
+	require.NoError(t, err)
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			if err := m.Send(context.Background(), []byte("x")); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	for m.Stats().BackPressureWaits == 0 {
+		runtime.Gosched()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, m.Close(ctx), context.DeadlineExceeded)
+	require.ErrorIs(t, <-errc, ErrClosed)
 }
