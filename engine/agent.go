@@ -162,6 +162,9 @@ func (a *agent) run() {
 		}
 		work, deadline, finished := a.iterate()
 		a.write()
+		if work > 0 {
+			m.signalDeliverable()
+		}
 		if finished {
 			return
 		}

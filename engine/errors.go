@@ -14,6 +14,9 @@ var (
 	ErrBackPressure = errors.New("engine: back-pressure")
 	// ErrClosed is returned by calls on a member that is closing or closed.
 	ErrClosed = errors.New("engine: member closed")
+	// ErrPushMode is returned by Receive on a member with a Handler: its
+	// messages go to the Handler.
+	ErrPushMode = errors.New("engine: member is in push mode (Config.Handler set)")
 	// ErrTooLarge is returned by Send, TrySend and TryClaim for a payload
 	// larger than Config.MaxMessage.
 	ErrTooLarge = errors.New("engine: message too large")

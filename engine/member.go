@@ -42,6 +42,11 @@ type Member struct {
 	waiters atomic.Int32
 	spaceMu sync.Mutex
 	spaceCh chan struct{}
+	// Receive callers park on deliverCh (same lock), closed and replaced by
+	// the agent after an iteration that received or sent while
+	// pollWaiters > 0.
+	pollWaiters atomic.Int32
+	deliverCh   chan struct{}
 
 	events eventQueue
 	ctr    counters
@@ -81,15 +86,16 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 		return nil, fmt.Errorf("open: transport: %w", err)
 	}
 	m := &Member{
-		cfg:     cfg,
-		tr:      tr,
-		info:    tr.Info(),
-		pool:    wire.NewPool(cfg.MaxDatagram, cfg.PoolBytes),
-		epoch:   time.Now(),
-		log:     newLogger(cfg.Logger.With("member", cfg.Self.String())),
-		spaceCh: make(chan struct{}),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		cfg:       cfg,
+		tr:        tr,
+		info:      tr.Info(),
+		pool:      wire.NewPool(cfg.MaxDatagram, cfg.PoolBytes),
+		epoch:     time.Now(),
+		log:       newLogger(cfg.Logger.With("member", cfg.Self.String())),
+		spaceCh:   make(chan struct{}),
+		deliverCh: make(chan struct{}),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	if m.info.BufferCapped {
 		m.log.l.Warn("socket buffers capped by the kernel (net.core.rmem_max/wmem_max); expect drops at full rate",

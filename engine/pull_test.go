@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync/atomic"
 	"testing"
@@ -205,4 +206,34 @@ func TestSendWaitingWhenClosed(t *testing.T) {
 	defer cancel()
 	require.ErrorIs(t, m.Close(ctx), context.DeadlineExceeded)
 	require.ErrorIs(t, <-errc, ErrClosed)
+}
+
+// TestReceiveAndMessages uses the convenience API: Messages over two
+// pull-mode members.
+func TestReceiveAndMessages(t *testing.T) {
+	ms := openGroup(t, 2, nil)
+	for i := range 100 {
+		require.NoError(t, ms[0].Send(context.Background(), []byte(fmt.Sprint(i))))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, m := range ms {
+		i := 0
+		for msg, err := range m.Messages(ctx) {
+			require.NoError(t, err)
+			require.Equal(t, ms[0].Self(), msg.Sender)
+			require.Equal(t, uint64(i+1), msg.Seq)
+			require.Equal(t, fmt.Sprint(i), string(msg.Payload))
+			if i++; i == 100 {
+				break
+			}
+		}
+	}
+	short, cancel2 := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel2()
+	_, err := ms[1].Receive(short)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	push := openGroup(t, 1, func(_ int, c *Config) { c.Handler = HandlerFunc(func(digest.Member, uint64, []byte) {}) })
+	_, err = push[0].Receive(ctx)
+	require.ErrorIs(t, err, ErrPushMode)
 }
