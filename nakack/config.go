@@ -21,6 +21,9 @@ var (
 	ErrNoView = errors.New("nakack: no view installed")
 	// ErrUnknownMember: the member has no window.
 	ErrUnknownMember = errors.New("nakack: unknown member")
+	// ErrLive: the operation is for a departed sender and the member is
+	// in the view.
+	ErrLive = errors.New("nakack: member is in the view")
 	// ErrBadConfig wraps every Config validation error.
 	ErrBadConfig = errors.New("nakack: bad config")
 )
@@ -86,6 +89,13 @@ type Config struct {
 	RepairBudget int
 	// RepairInterval is the repair budget period. Default 10ms.
 	RepairInterval time.Duration
+	// RepairJitter spreads the repairs of a departed sender's messages:
+	// every member holding them may answer, so each waits a random delay
+	// over [0, RepairJitter) (truncated exponential, like NakJitter) and
+	// drops what another member repaired meanwhile (SRM-style suppression).
+	// Should be several network latencies and well below NakInterval.
+	// Default NakJitter; negative: repair at once.
+	RepairJitter time.Duration
 
 	// StableInterval is the period of STABLE digests. Default 200ms.
 	StableInterval time.Duration
@@ -150,10 +160,11 @@ func (c *Config) setDefaults() error {
 	defd(&c.NakMaxInterval, time.Second)
 	defd(&c.RepairLinger, 5*time.Millisecond)
 	defd(&c.RepairInterval, 10*time.Millisecond)
+	defd(&c.RepairJitter, c.NakJitter)
 	defd(&c.StableInterval, 200*time.Millisecond)
 	defd(&c.HighestInterval, 20*time.Millisecond)
 	defd(&c.HighestMaxInterval, 2*time.Second)
-	for _, v := range []*time.Duration{&c.NakDelay, &c.NakJitter, &c.RepairLinger} {
+	for _, v := range []*time.Duration{&c.NakDelay, &c.NakJitter, &c.RepairLinger, &c.RepairJitter} {
 		*v = max(*v, 0) // negative: explicitly none
 	}
 	if c.StableBytes == 0 {
@@ -238,6 +249,7 @@ type Stats struct {
 	Retransmitted       uint64 // messages sent as repairs
 	RepairsSkipped      uint64 // repair messages skipped: repaired within the linger
 	RepairsOverBudget   uint64 // repair messages not sent: budget exhausted
+	RepairsSuppressed   uint64 // departed sender's messages not repaired: another member repaired them during our delay
 	NakSent             uint64 // XMIT_REQ datagrams sent
 	NakRangesSent       uint64 // ranges in them
 	NakReceived         uint64 // XMIT_REQ datagrams received

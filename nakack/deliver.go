@@ -1,5 +1,7 @@
 package nakack
 
+import "github.com/nakcast/nakcast/wire"
+
 // reassembly is the per-sender state of a fragmented message being
 // delivered. Its buffer grows to the largest message seen (bounded by
 // Config.MaxMessage) and is reused.
@@ -46,6 +48,12 @@ func (p *Protocol) Poll(h Handler, limit int) int {
 
 // drain consumes up to max seqnos of s; more is true if it stopped at max.
 func (p *Protocol) drain(s *sender, h Handler, max int) (k int, more bool) {
+	if s.preLost.To != 0 && max > 0 {
+		r := s.preLost
+		s.preLost = wire.Range{}
+		p.reportLost(s, h, r.From, r.To)
+		k++
+	}
 	w := s.win
 	if w == nil {
 		return 0, false

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/wire"
 )
 
 // Digest returns the live digest: one entry (Low, Delivered, Received) per
@@ -73,8 +74,38 @@ func (p *Protocol) Captures() int { return len(p.captures) }
 // (a brand-new joiner) when it is. A view member that join lacks gets no
 // window (never one at 0): its data waits in the pending queue until
 // SetDigest. A sender that left keeps its window, departed, until
-// CloseWindow. Resets the coordinator's stability round.
+// CloseWindow; one that is back in v (a merge before its cut closed) is live
+// again, its cut dropped. Resets the coordinator's stability round.
 func (p *Protocol) InstallView(v View, join digest.Digest, now time.Duration) {
+	p.installView(v, join, false, now)
+	p.history.Add(now, "view "+v.ID.String(), p.Digest())
+	p.drainPending(now)
+}
+
+// InstallMergeView installs a merge view v together with its digest d (the
+// merge of the partitions' digests, covering v), in one step so that no
+// window is ever created at 0 for a member of the other partition. Members
+// new to this member get a window by MergeDigest's rules: a sender whose
+// window was closed after a cut resumes at the delivered point remembered
+// then, a sender never seen starts at 0; in both cases what lies at or
+// below the holder's Low (d's entry) is reported lost and the rest up to
+// d's Received is fetched. Existing windows are raised as by MergeDigest.
+// A view member d lacks gets no window (its data waits in the pending
+// queue).
+func (p *Protocol) InstallMergeView(v View, d digest.Digest, now time.Duration) {
+	p.installView(v, d, true, now)
+	for i := range d.Len() {
+		if e := d.At(i); p.senders[e.Member] != nil {
+			p.mergeEntry(e, now)
+		}
+	}
+	p.history.Add(now, "merge view "+v.ID.String(), d)
+	p.drainPending(now)
+}
+
+// installView installs v; new members get windows from d (merge: by
+// mergeEntry's rules, else by SetDigest's), or at 0 if d is empty.
+func (p *Protocol) installView(v View, d digest.Digest, merge bool, now time.Duration) {
 	p.view = View{ID: v.ID, Members: slices.Clone(v.Members)}
 	p.hasView = len(v.Members) > 0
 	clear(p.viewPos)
@@ -97,15 +128,23 @@ func (p *Protocol) InstallView(v View, join digest.Digest, now time.Duration) {
 			continue
 		}
 		if s := p.senders[m]; s != nil {
-			s.state = live
+			if s.state == departed {
+				s.state, s.hasCut, s.cut = live, false, 0
+				p.dequeueRepair(s)
+				p.checkGaps(s, now)
+			}
 			continue
 		}
-		if join.Len() > 0 {
-			e, ok := join.Lookup(m)
+		if d.Len() > 0 || merge {
+			e, ok := d.Lookup(m)
 			if !ok {
 				continue
 			}
-			p.newWindow(e, now)
+			if merge {
+				p.mergeEntry(e, now)
+			} else {
+				p.newWindow(e, now)
+			}
 			continue
 		}
 		p.addSender(m, 0, p.cfg.RecvWindow)
@@ -120,8 +159,6 @@ func (p *Protocol) InstallView(v View, join digest.Digest, now time.Duration) {
 	if p.hasView && p.stableAt == NoDeadline {
 		p.stableAt = now + p.cfg.StableInterval
 	}
-	p.history.Add(now, "view "+v.ID.String(), p.Digest())
-	p.drainPending(now)
 }
 
 // newWindow creates a window starting at e's delivered value, wanting up to
@@ -149,47 +186,154 @@ func (p *Protocol) SetDigest(d digest.Digest, now time.Duration) {
 	p.drainPending(now)
 }
 
-// MergeDigest (merge view) creates windows for unknown senders and raises
-// windows that are behind d, never our own: what the holder purged (at or
-// below its Low) that we lack is marked lost (reported once by Poll, held
-// messages still deliver) and the rest up to its received is fetched.
+// MergeDigest (merge view) folds d in: windows that are behind d are
+// raised, never our own: what the holder purged (at or below its Low) that
+// we lack is marked lost (reported once by Poll, held messages still
+// deliver) and the rest up to its received is fetched. A sender without a
+// window gets one as InstallMergeView gives it (resuming at the point its
+// window was closed, or at 0 if never seen, reporting lost only what lies at
+// or below d's Low). Prefer InstallMergeView, which installs the merge view
+// and its digest in one step.
 func (p *Protocol) MergeDigest(d digest.Digest, now time.Duration) {
 	for i := range d.Len() {
-		e := d.At(i)
-		if e.Member == p.self {
-			continue
-		}
-		s := p.senders[e.Member]
-		if s == nil {
-			p.newWindow(e, now)
-			continue
-		}
-		if s.own {
-			continue
-		}
-		if e.Low > max(s.delivered(), s.floor) {
-			s.window().MarkLost(s.delivered()+1, e.Low)
-			s.floor = e.Low
-			s.advance()
-			if s.contig > s.delivered() {
-				p.markReady(s)
-			}
-		}
-		s.highest = max(s.highest, e.Delivered, e.Received)
-		p.checkGaps(s, now)
+		p.mergeEntry(d.At(i), now)
 	}
 	p.history.Add(now, "merge digest", d)
 	p.drainPending(now)
+}
+
+// mergeEntry applies one merge-digest entry (see MergeDigest).
+func (p *Protocol) mergeEntry(e digest.Entry, now time.Duration) {
+	if e.Member == p.self {
+		return
+	}
+	s := p.senders[e.Member]
+	if s == nil {
+		start := p.closed[e.Member] // 0 if never seen
+		var lost wire.Range
+		if e.Low > start {
+			lost = wire.Range{From: start + 1, To: e.Low}
+			start = e.Low
+		}
+		p.forgetClosed(e.Member)
+		s = p.addSender(e.Member, start, p.cfg.RecvWindow)
+		s.floor = start
+		s.highest = max(start, e.Delivered, e.Received)
+		s.contig = start
+		if lost.To != 0 {
+			s.preLost = lost
+			p.markReady(s)
+		}
+		p.checkGaps(s, now)
+		return
+	}
+	if s.own {
+		return
+	}
+	if e.Low > max(s.delivered(), s.floor) {
+		s.window().MarkLost(s.delivered()+1, e.Low)
+		s.floor = e.Low
+		s.advance()
+		if s.contig > s.delivered() {
+			p.markReady(s)
+		}
+	}
+	s.highest = max(s.highest, e.Delivered, e.Received)
+	p.checkGaps(s, now)
+}
+
+// closedMax bounds how many closed windows' delivered points are
+// remembered for merges.
+const closedMax = 1024
+
+func (p *Protocol) rememberClosed(m digest.Member, delivered uint64) {
+	if _, ok := p.closed[m]; !ok {
+		if len(p.closedOrder) >= closedMax {
+			delete(p.closed, p.closedOrder[0])
+			p.closedOrder = slices.Delete(p.closedOrder, 0, 1)
+		}
+		p.closedOrder = append(p.closedOrder, m)
+	}
+	p.closed[m] = delivered
+}
+
+func (p *Protocol) forgetClosed(m digest.Member) {
+	if _, ok := p.closed[m]; !ok {
+		return
+	}
+	delete(p.closed, m)
+	if i := slices.Index(p.closedOrder, m); i >= 0 {
+		p.closedOrder = slices.Delete(p.closedOrder, i, i+1)
+	}
+}
+
+// Gaps appends to dst the missing ranges of m's window (seqnos neither held
+// nor marked lost) in (delivered, received], in order, and returns the
+// extended slice; nothing if m has no window (or is this member). It
+// allocates only if dst lacks capacity.
+func (p *Protocol) Gaps(m digest.Member, dst []wire.Range) []wire.Range {
+	s := p.senders[m]
+	if s == nil || s.own || s.win == nil {
+		return dst
+	}
+	after := uint64(0)
+	for {
+		g, ok := s.win.NextGap(after)
+		if !ok {
+			return dst
+		}
+		dst = append(dst, wire.Range{From: g.From, To: g.To})
+		after = g.To
+	}
+}
+
+// ErrNotRetained is wrapped by OverwriteDigest and CheckOverwrite when a
+// window would have to re-deliver messages this member no longer retains
+// (purged or discarded below the digest's delivered value).
+var ErrNotRetained = errors.New("nakack: messages to re-deliver not retained")
+
+// overwriteTarget returns where OverwriteDigest puts s for entry e.
+func (p *Protocol) overwriteTarget(s *sender, e digest.Entry) uint64 {
+	if s.own {
+		return min(e.Delivered, p.nextSeq-1)
+	}
+	return e.Delivered
+}
+
+// CheckOverwrite reports whether OverwriteDigest(d) can be applied: nil,
+// or an error wrapping ErrNotRetained naming every window that would have to
+// re-deliver messages it no longer retains. It changes nothing.
+func (p *Protocol) CheckOverwrite(d digest.Digest) error {
+	var errs []error
+	for i := range d.Len() {
+		e := d.At(i)
+		s := p.senders[e.Member]
+		if s == nil {
+			continue
+		}
+		target := p.overwriteTarget(s, e)
+		if target >= s.delivered() {
+			continue
+		}
+		if floor := max(s.low(), s.discarded); target < floor {
+			errs = append(errs, fmt.Errorf("overwrite %v to %d: %w: nothing retained at or below %d (delivered %d)",
+				s.m, target, ErrNotRetained, floor, s.delivered()))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // OverwriteDigest (state transfer, seed 003) sets every window, own
 // included, to d's delivered value: where this member is ahead it
 // re-delivers what it retains above it (ring Rewind), where it is behind it
 // skips (those messages are in the installed state). The own send seqno is
-// kept. Windows are created for senders d has and we lack. An error lists
-// the windows that could not be rewound (purged below d's value); they are
-// rewound as far as retained.
+// kept. Windows are created for senders d has and we lack. It is atomic:
+// if CheckOverwrite(d) fails, it returns that error and changes nothing
+// (the state transfer must then be abandoned or retried).
 func (p *Protocol) OverwriteDigest(d digest.Digest, now time.Duration) error {
+	if err := p.CheckOverwrite(d); err != nil {
+		return err
+	}
 	var errs []error
 	for i := range d.Len() {
 		e := d.At(i)
@@ -201,22 +345,20 @@ func (p *Protocol) OverwriteDigest(d digest.Digest, now time.Duration) error {
 			continue
 		}
 		w := s.window()
-		target := e.Delivered
-		if s.own {
-			target = min(target, p.nextSeq-1)
-		}
+		target := p.overwriteTarget(s, e)
 		hd := w.Delivered()
 		switch {
 		case target < hd:
-			if err := w.Rewind(target); err != nil {
+			if err := w.Rewind(target); err != nil { // checked above: cannot happen
 				errs = append(errs, fmt.Errorf("overwrite %v: %w", s.m, err))
-				_ = w.Rewind(w.Low())
 			}
 			s.reasm.reset()
+			s.preLost = wire.Range{}
 			p.markReady(s)
 		case target > hd:
 			p.skipTo(s, target)
 			s.reasm.reset()
+			s.preLost = wire.Range{}
 			s.contig = max(s.contig, target)
 			s.floor = max(s.floor, target)
 		}
@@ -255,6 +397,9 @@ func (p *Protocol) CompleteCut(m digest.Member, cut uint64, now time.Duration) e
 	if s == nil || s.own {
 		return fmt.Errorf("complete cut %v: %w", m, ErrUnknownMember)
 	}
+	if s.state != departed {
+		return fmt.Errorf("complete cut %v: %w", m, ErrLive)
+	}
 	s.hasCut, s.cut = true, cut
 	s.highest = max(s.highest, cut)
 	p.checkGaps(s, now)
@@ -281,13 +426,18 @@ func (p *Protocol) DeclareLost(m digest.Member, from, to uint64, now time.Durati
 }
 
 // CloseWindow drops m's window (departed sender, after every survivor
-// acknowledged the cut), releasing what it retains. Returns how many
-// messages it held.
+// acknowledged the cut), releasing what it retains, and remembers its
+// delivered point: if a merge brings m back, its window resumes there.
+// Returns how many messages it held.
 func (p *Protocol) CloseWindow(m digest.Member) (int, error) {
 	s := p.senders[m]
 	if s == nil || s.own {
 		return 0, fmt.Errorf("close window %v: %w", m, ErrUnknownMember)
 	}
+	if s.state != departed {
+		return 0, fmt.Errorf("close window %v: %w", m, ErrLive)
+	}
+	p.rememberClosed(m, s.delivered())
 	n := 0
 	if s.win != nil {
 		n = s.win.Skip(s.win.Received()+1, p.release)
@@ -332,6 +482,7 @@ func (p *Protocol) skipTo(s *sender, target uint64) {
 			continue
 		}
 		p.stats.Purged += uint64(w.Skip(target, p.release))
+		s.discarded = max(s.discarded, target)
 		break
 	}
 }

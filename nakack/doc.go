@@ -49,7 +49,11 @@
 // below its low), and only as the original sender, a member answers
 // MSG_NOT_FOUND carrying its low, highest sent and whole digest. Any member
 // answers requests for a sender that has left the view from what it retains
-// (Data.Origin names that sender) and never with MSG_NOT_FOUND. An idle
+// (Data.Origin names that sender) and never with MSG_NOT_FOUND; since every
+// holder may answer, each waits a random delay over Config.RepairJitter and
+// drops what another member's repair (seen on the network meanwhile)
+// already covered (SRM-style suppression), so a large group sends about one
+// copy per request rather than one per holder. An idle
 // sender announces its highest seqno (wire Highest) so receivers learn of a
 // lost tail.
 //
@@ -100,14 +104,30 @@
 // behind, never our own, reporting as lost what the holder purged;
 // OverwriteDigest (state transfer, seed 003) keeps the own send seqno and sets
 // every window, own included, to the digest's delivered: re-delivering what is
-// retained above it, skipping what is below. Each is recorded in the digest
-// History with its reason.
+// retained above it, skipping what is below. OverwriteDigest is atomic:
+// CheckOverwrite tells beforehand whether it can be applied (ErrNotRetained
+// when a window would have to re-deliver what it no longer retains), and on
+// that error it changes nothing. Each is recorded in the digest History with
+// its reason.
 //
 // InstallView gives new members windows (from the join digest or at 0 for a
 // brand-new joiner; never at 0 when a join digest lacks the member); a sender
 // that left keeps its window in a departed state until gms fixes the cut:
-// HighestReceived, CompleteCut (fetch what is missing up to the cut from
-// peers), DeclareLost (report what no survivor holds) and CloseWindow.
+// HighestReceived and Gaps (what the coordinator needs to pick the cut and
+// the ranges no survivor holds), CompleteCut (fetch what is missing up to
+// the cut from peers), DeclareLost (report what no survivor holds) and
+// CloseWindow, which remembers the delivered point. CompleteCut and
+// CloseWindow refuse a member of the view (ErrLive).
+//
+// InstallMergeView installs a merge view and its digest in one step
+// (design.md, "Merges"): a member of the other partition whose window was
+// closed after a cut resumes at the remembered delivered point, one never
+// seen starts at 0; what lies between that point and the holder's Low
+// (digest entry) is reported lost once, before anything else of that
+// sender, and the rest up to the digest's Received is fetched. Nothing is
+// skipped silently, and no window is ever created at 0 for a member that
+// has purged. A sender still departed (cut not closed) that is back in the
+// view is live again and keeps its window.
 //
 // ForcePurge purges a window regardless of stability: it exists for tests
 // and operators only (it is how seeds 000-002 reach MSG_NOT_FOUND).

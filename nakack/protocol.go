@@ -86,6 +86,22 @@ type sender struct {
 	inReady bool
 	stamps  []stamp // repair linger (own and departed windows)
 	reasm   reassembly
+
+	// preLost is a lost range below the window's start, reported by Poll
+	// before anything the window holds (a merge: what the other side
+	// purged before the point where this member resumes). Zero: none.
+	preLost wire.Range
+	// discarded is the highest seqno a Skip threw away: the window cannot
+	// be rewound below it (OverwriteDigest checks it).
+	discarded uint64
+
+	// Departed sender: requested ranges this member will repair after its
+	// random delay (rqAt), unless another member's repair arrives first
+	// (stamped in stamps after rqSince).
+	rq      []wire.Range
+	rqAt    time.Duration
+	rqSince time.Duration
+	inRQ    bool
 }
 
 func (s *sender) low() uint64 {
@@ -202,8 +218,13 @@ type Protocol struct {
 
 	out []Outgoing
 
-	armed []*sender
-	ready []*sender
+	armed   []*sender
+	ready   []*sender
+	repairQ []*sender // departed senders with delayed repairs
+	// closed remembers, for windows closed after a cut, the delivered point
+	// (a merge resumes there); closedOrder bounds it (oldest first).
+	closed      map[digest.Member]uint64
+	closedOrder []digest.Member
 
 	stableAt    time.Duration
 	stableBytes int64
@@ -240,6 +261,7 @@ func New(cfg Config) (*Protocol, error) {
 		hdr:       wire.Header{Group: cfg.Group, Sender: cfg.Self},
 		senders:   make(map[digest.Member]*sender),
 		viewPos:   make(map[digest.Member]int),
+		closed:    make(map[digest.Member]uint64),
 		nextSeq:   1,
 		fragP:     wire.MaxFragPayload(cfg.MaxDatagram),
 		maxMsg:    wire.MaxBundledMessageLen(cfg.MaxDatagram),
@@ -269,6 +291,7 @@ func (p *Protocol) addSender(m digest.Member, start uint64, capacity int) *sende
 
 func (p *Protocol) removeSender(s *sender) {
 	p.disarm(s)
+	p.dequeueRepair(s)
 	if s.inReady {
 		for i, r := range p.ready {
 			if r == s {
@@ -336,8 +359,10 @@ func (p *Protocol) markReady(s *sender) {
 // skewed towards the end of the interval (Nonnenmacher & Biersack), so that
 // in a group of n receivers with the same gap only a few fire before the
 // first request reaches the others.
-func (p *Protocol) jitter() time.Duration {
-	j := p.cfg.NakJitter
+func (p *Protocol) jitter() time.Duration { return p.spread(p.cfg.NakJitter) }
+
+// spread returns a random delay in [0, j), distributed like jitter.
+func (p *Protocol) spread(j time.Duration) time.Duration {
 	if j <= 0 {
 		return 0
 	}
@@ -461,6 +486,13 @@ func (p *Protocol) Tick(now time.Duration) {
 			i++
 		}
 	}
+	for i := 0; i < len(p.repairQ); {
+		if s := p.repairQ[i]; s.rqAt <= now {
+			p.delayedRepair(s, now) // removes s from repairQ
+			continue
+		}
+		i++
+	}
 	if p.hasView && now >= p.stableAt {
 		p.sendStable(now)
 	}
@@ -478,6 +510,9 @@ func (p *Protocol) NextDeadline() time.Duration {
 	}
 	for _, s := range p.armed {
 		d = min(d, s.nakAt)
+	}
+	for _, s := range p.repairQ {
+		d = min(d, s.rqAt)
 	}
 	return d
 }

@@ -74,6 +74,9 @@ func (p *Protocol) insertData(s *sender, buf *wire.Buffer, d *wire.Data, now tim
 	if last := d.Last(); last > s.highest {
 		s.highest = last
 	}
+	if s.inRQ {
+		p.stampDeparted(s, d.First, d.Last(), now)
+	}
 	it := d.Messages()
 	first := d.First
 	added := 0
@@ -139,6 +142,9 @@ func (p *Protocol) onFrag(buf *wire.Buffer, h wire.Header, body []byte, now time
 	w := s.window()
 	if last := f.LastSeq(); last > s.highest {
 		s.highest = last
+	}
+	if s.inRQ {
+		p.stampDeparted(s, f.Seq, f.Seq, now)
 	}
 	switch w.Add(f.Seq, msg{buf: buf, off: offsetIn(buf, f.Payload), n: uint32(len(f.Payload)), fi: f.Index, fc: f.Count}) {
 	case ring.Added:

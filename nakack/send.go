@@ -243,7 +243,7 @@ func (p *Protocol) onXmitReq(h wire.Header, body []byte, now time.Duration) erro
 		return nil
 	}
 	if s.state == departed {
-		p.repair(s, h.Sender, &req, now)
+		p.queueRepair(s, &req, now)
 		return nil
 	}
 	p.suppress(s, &req, now)
@@ -258,10 +258,6 @@ func (p *Protocol) repair(s *sender, requester digest.Member, req *wire.XmitReq,
 		return
 	}
 	w := s.win
-	if s.stamps == nil {
-		s.stamps = make([]stamp, w.Capacity())
-	}
-	mask := uint64(len(s.stamps) - 1)
 	r := repairer{p: p, origin: s.m}
 	var missing wire.Range
 	hi := w.Received()
@@ -285,27 +281,165 @@ func (p *Protocol) repair(s *sender, requester digest.Member, req *wire.XmitReq,
 			}
 			rg.From = low + 1
 		}
-		for seq := rg.From; seq <= rg.To; seq++ {
-			m, ok := w.Get(seq)
-			if !ok {
-				continue
-			}
-			st := &s.stamps[seq&mask]
-			if st.seq == seq && now-st.at < p.cfg.RepairLinger {
-				p.stats.RepairsSkipped++
-				continue
-			}
-			if !p.repairAllowed(now) {
-				break
-			}
-			st.seq, st.at = seq, now
-			r.add(seq, m)
+		if !p.repairRange(s, &r, rg, now, NoDeadline) {
+			break
 		}
 	}
 	r.flush()
 	if missing.From != 0 {
 		p.sendMsgNotFound(requester, missing, now)
 	}
+}
+
+// repairRange adds s's held messages in rg to r, skipping those repaired
+// within the linger or, by anyone, at or after since. It returns false
+// once the repair budget is spent.
+func (p *Protocol) repairRange(s *sender, r *repairer, rg wire.Range, now, since time.Duration) bool {
+	w := s.win
+	if s.stamps == nil {
+		s.stamps = make([]stamp, w.Capacity())
+	}
+	mask := uint64(len(s.stamps) - 1)
+	rg.From = max(rg.From, w.Low()+1)
+	for seq := rg.From; seq <= rg.To; seq++ {
+		m, ok := w.Get(seq)
+		if !ok {
+			continue
+		}
+		st := &s.stamps[seq&mask]
+		if st.seq == seq {
+			if st.at >= since {
+				p.stats.RepairsSuppressed++
+				continue
+			}
+			if now-st.at < p.cfg.RepairLinger {
+				p.stats.RepairsSkipped++
+				continue
+			}
+		}
+		if !p.repairAllowed(now) {
+			return false
+		}
+		st.seq, st.at = seq, now
+		r.add(seq, m)
+	}
+	return true
+}
+
+// queueRepair takes a request for a departed sender's messages: every
+// member holding them may answer, so the repair waits a random delay
+// (Config.RepairJitter) during which a repair seen from another member
+// suppresses ours (stamped on receipt, see stampDeparted).
+func (p *Protocol) queueRepair(s *sender, req *wire.XmitReq, now time.Duration) {
+	if s.win == nil {
+		return
+	}
+	if p.cfg.RepairJitter <= 0 {
+		p.repair(s, digest.Member{}, req, now)
+		return
+	}
+	w := s.win
+	hi := w.Received()
+	for i := 0; i < req.Ranges.Len(); i++ {
+		rg := req.Ranges.At(i)
+		if rg.To <= req.Delivered {
+			p.stats.StaleRequests++
+			continue
+		}
+		rg.From = max(rg.From, req.Delivered+1, w.Low()+1)
+		rg.To = min(rg.To, hi)
+		if rg.From > rg.To {
+			continue
+		}
+		s.rq = addRange(s.rq, rg, p.cfg.MaxNakRanges)
+	}
+	if len(s.rq) == 0 || s.inRQ {
+		return
+	}
+	s.inRQ = true
+	s.rqSince = now
+	s.rqAt = now + p.spread(p.cfg.RepairJitter)
+	p.repairQ = append(p.repairQ, s)
+}
+
+// delayedRepair sends the queued repairs of departed sender s, minus what
+// others repaired since the first request.
+func (p *Protocol) delayedRepair(s *sender, now time.Duration) {
+	r := repairer{p: p, origin: s.m}
+	if s.win != nil {
+		for _, rg := range s.rq {
+			if !p.repairRange(s, &r, rg, now, s.rqSince) {
+				break
+			}
+		}
+	}
+	r.flush()
+	p.dequeueRepair(s)
+}
+
+func (p *Protocol) dequeueRepair(s *sender) {
+	s.rq = s.rq[:0]
+	if !s.inRQ {
+		return
+	}
+	s.inRQ = false
+	for i, q := range p.repairQ {
+		if q == s {
+			p.repairQ = append(p.repairQ[:i], p.repairQ[i+1:]...)
+			break
+		}
+	}
+}
+
+// stampDeparted records that seqnos first..last of departed sender s were
+// just seen on the network (someone repaired them): a delayed repair of
+// ours for them is suppressed.
+func (p *Protocol) stampDeparted(s *sender, first, last uint64, now time.Duration) {
+	if !s.inRQ || s.win == nil {
+		return
+	}
+	if s.stamps == nil {
+		s.stamps = make([]stamp, s.win.Capacity())
+	}
+	mask := uint64(len(s.stamps) - 1)
+	for seq := first; seq <= last && seq-first < uint64(len(s.stamps)); seq++ {
+		s.stamps[seq&mask] = stamp{seq: seq, at: now}
+	}
+}
+
+// addRange inserts r into the sorted disjoint list rs, merging overlapping
+// and adjacent ranges; beyond max ranges the last one absorbs the rest.
+func addRange(rs []wire.Range, r wire.Range, max int) []wire.Range {
+	i := 0
+	for i < len(rs) && rs[i].To+1 < r.From {
+		i++
+	}
+	j := i
+	for j < len(rs) && rs[j].From <= r.To+1 {
+		r.From = min(r.From, rs[j].From)
+		r.To = maxU(r.To, rs[j].To)
+		j++
+	}
+	if i == j {
+		rs = append(rs, wire.Range{})
+		copy(rs[i+1:], rs[i:])
+		rs[i] = r
+	} else {
+		rs[i] = r
+		rs = append(rs[:i+1], rs[j:]...)
+	}
+	if len(rs) > max {
+		rs[max-1].To = rs[len(rs)-1].To
+		rs = rs[:max]
+	}
+	return rs
+}
+
+func maxU(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
 }
 
 // sendMsgNotFound tells requester (unicast) that missing is purged here:

@@ -200,3 +200,191 @@ func TestPendingNonMember(t *testing.T) {
 	require.Equal(t, []uint64{1, 2}, c.rec(mA).seqs(mC))
 	require.Equal(t, uint64(2), a.Stats().PendingInserted)
 }
+
+// TestGaps: Gaps lists the missing ranges of a window in (delivered,
+// received], nothing for self or an unknown member, and allocates nothing
+// into a buffer with room.
+func TestGaps(t *testing.T) {
+	c := newCluster(t, nil, mB, mA)
+	ds := c.send(mB, true, payloads("b", 1, 19)...)
+	held := map[uint64]bool{1: true, 2: true, 3: true, 4: true, 6: true, 8: true, 14: true, 15: true, 16: true, 17: true, 19: true}
+	for i, d := range ds {
+		if held[uint64(i+1)] {
+			c.deliverTo(d, mA)
+		}
+	}
+	a := c.p(mA)
+	a.Poll(c.rec(mA), 100)
+	require.Equal(t, []wire.Range{rg(5, 5), rg(7, 7), rg(9, 13), rg(18, 18)}, a.Gaps(mB, nil))
+	require.Empty(t, a.Gaps(mA, nil))
+	require.Empty(t, a.Gaps(mC, nil))
+	buf := make([]wire.Range, 0, 8)
+	require.Zero(t, testing.AllocsPerRun(100, func() { buf = a.Gaps(mB, buf[:0]) }))
+}
+
+// TestDepartedSenderOpsRefuseLiveMember: CompleteCut and CloseWindow are
+// for departed senders only (a stale cut must never close a live window).
+func TestDepartedSenderOpsRefuseLiveMember(t *testing.T) {
+	c := newCluster(t, nil, mA, mB)
+	require.ErrorIs(t, c.p(mA).CompleteCut(mB, 5, c.now), ErrLive)
+	_, err := c.p(mA).CloseWindow(mB)
+	require.ErrorIs(t, err, ErrLive)
+	_, ok := c.p(mA).WindowState(mB)
+	require.True(t, ok)
+}
+
+// TestInstallMergeViewResumesAtClosedPoint: {A,B} | {C,D}. Each side cuts
+// and closes the other's windows; C keeps sending and its side purges part
+// of it. The merge view with its digest resumes C's window at the point A
+// and B closed it: what C's side purged is reported lost once, the rest is
+// fetched, nothing is delivered twice and no window starts at 0.
+func TestInstallMergeViewResumesAtClosedPoint(t *testing.T) {
+	c := newCluster(t, nil, mA, mB, mC, mD)
+	c.deliver(c.send(mC, false, payloads("c", 1, 5)...), nil)
+	c.run(c.now+10*time.Millisecond, nil)
+	side := func(m digest.Member) int {
+		if m == mA || m == mB {
+			return 0
+		}
+		return 1
+	}
+	split := func(d dgram, to digest.Member) bool { return side(d.from) != side(to) }
+	vAB := View{ID: digest.ViewID{Coord: mA, Counter: 2}, Members: []digest.Member{mA, mB}}
+	vCD := View{ID: digest.ViewID{Coord: mC, Counter: 2}, Members: []digest.Member{mC, mD}}
+	cutAndClose := func(v View, gone ...digest.Member) {
+		for _, m := range v.Members {
+			c.p(m).InstallView(v, digest.Digest{}, c.now)
+		}
+		for _, g := range gone {
+			var cut uint64
+			for _, m := range v.Members {
+				h, _ := c.p(m).HighestReceived(g)
+				cut = max(cut, h)
+			}
+			for _, m := range v.Members {
+				require.NoError(t, c.p(m).CompleteCut(g, cut, c.now))
+			}
+		}
+		c.run(c.now+100*time.Millisecond, split)
+		for _, m := range v.Members {
+			for _, g := range gone {
+				_, err := c.p(m).CloseWindow(g)
+				require.NoError(t, err)
+			}
+		}
+	}
+	cutAndClose(vAB, mC, mD)
+	cutAndClose(vCD, mA, mB)
+	// During the partition C sends 6..20 (D gets them) and A sends 1..4.
+	c.send(mC, false, payloads("c", 6, 20)...)
+	c.send(mA, false, payloads("a", 1, 4)...)
+	c.run(c.now+100*time.Millisecond, split)
+	for _, m := range []digest.Member{mC, mD} {
+		_, err := c.p(m).ForcePurge(mC, 12)
+		require.NoError(t, err)
+	}
+	md := digest.NewMutable([]digest.Member{mA, mB, mC, mD})
+	md.MergeDigest(c.p(mA).Digest())
+	md.MergeDigest(c.p(mC).Digest())
+	d, err := md.Complete()
+	require.NoError(t, err)
+	v3 := View{ID: digest.ViewID{Coord: mA, Counter: 3}, Members: []digest.Member{mA, mB, mC, mD}}
+	for _, m := range c.order {
+		c.p(m).InstallMergeView(v3, d, c.now)
+	}
+	for _, m := range []digest.Member{mA, mB} {
+		e, ok := c.p(m).WindowState(mC)
+		require.True(t, ok)
+		require.Equal(t, uint64(12), e.Delivered, "resumes above the holder's low, never at 0")
+	}
+	c.run(c.now+time.Second, nil)
+	for _, m := range []digest.Member{mA, mB} {
+		require.Equal(t, cat(span(1, 5), span(13, 20)), c.rec(m).seqs(mC), "member %v", m)
+		require.Equal(t, []lostEvent{{mC, 6, 12}}, c.rec(m).lostOf(mC), "member %v", m)
+	}
+	for _, m := range []digest.Member{mC, mD} {
+		require.Equal(t, span(1, 4), c.rec(m).seqs(mA), "member %v", m)
+		require.Empty(t, c.rec(m).lostOf(mA))
+	}
+	for _, m := range c.order {
+		require.Zero(t, c.p(m).Stats().MsgNotFoundSent)
+	}
+}
+
+// TestMergeDigestUnknownSender: a sender never seen starts at 0: what its
+// holder purged is reported lost (never skipped silently), the window
+// starts above it.
+func TestMergeDigestUnknownSender(t *testing.T) {
+	c := newCluster(t, nil, mA, mB)
+	a := c.p(mA)
+	a.MergeDigest(digest.New([]digest.Entry{{Member: mC, Low: 7, Delivered: 9, Received: 9}}), c.now)
+	e, ok := a.WindowState(mC)
+	require.True(t, ok)
+	require.Equal(t, uint64(7), e.Delivered)
+	a.Poll(c.rec(mA), 100)
+	require.Equal(t, []lostEvent{{mC, 1, 7}}, c.rec(mA).lostOf(mC))
+}
+
+// TestDepartedRepairSuppressed: the survivors holding a departed sender's
+// messages repair after a random delay and suppress what another survivor
+// repaired meanwhile, so a request is answered about once, not once per
+// holder; without the delay every holder answers.
+func TestDepartedRepairSuppressed(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		jitter time.Duration
+		copies uint64 // repairs sent in total for 10 messages
+	}{
+		{"delayed", 2 * time.Millisecond, 10},
+		{"at once", -1, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, func(cfg *Config) { cfg.RepairJitter = tc.jitter }, mA, mB, mC, mD)
+			ds := c.send(mD, false, payloads("d", 1, 10)...)
+			c.deliver(ds, func(_ dgram, to digest.Member) bool { return to == mA })
+			delete(c.nodes, mD)
+			c.order = []digest.Member{mA, mB, mC}
+			v2 := View{ID: digest.ViewID{Coord: mA, Counter: 2}, Members: c.order}
+			for _, m := range c.order {
+				c.p(m).InstallView(v2, digest.Digest{}, c.now)
+				require.NoError(t, c.p(m).CompleteCut(mD, 10, c.now))
+			}
+			c.run(c.now+time.Second, nil)
+			require.Equal(t, span(1, 10), c.rec(mA).seqs(mD))
+			var sent, suppressed uint64
+			for _, m := range c.order {
+				sent += c.p(m).Stats().Retransmitted
+				suppressed += c.p(m).Stats().RepairsSuppressed
+			}
+			require.Equal(t, tc.copies, sent)
+			if tc.jitter > 0 {
+				require.Equal(t, uint64(10), suppressed)
+			}
+		})
+	}
+}
+
+// TestOverwriteDigestNotRetained: a digest that would need re-delivery of
+// purged messages is refused by CheckOverwrite and OverwriteDigest alike,
+// and OverwriteDigest then changes nothing; a digest at the purge point
+// is installed.
+func TestOverwriteDigestNotRetained(t *testing.T) {
+	c := newCluster(t, nil, mB, mA)
+	c.deliver(c.send(mB, false, payloads("b", 1, 5)...), nil)
+	c.poll()
+	b := c.p(mB)
+	_, err := b.ForcePurge(mB, 4)
+	require.NoError(t, err)
+	before := b.Digest()
+	bad := digest.New([]digest.Entry{{Member: mB, Delivered: 3, Received: 3}, {Member: mA}})
+	require.ErrorIs(t, b.CheckOverwrite(bad), ErrNotRetained)
+	require.ErrorIs(t, b.OverwriteDigest(bad, c.now), ErrNotRetained)
+	require.True(t, before.Equal(b.Digest()), "nothing changed")
+	require.Zero(t, b.Poll(c.rec(mB), 100))
+	good := digest.New([]digest.Entry{{Member: mB, Delivered: 4, Received: 4}, {Member: mA}})
+	require.NoError(t, b.CheckOverwrite(good))
+	require.NoError(t, b.OverwriteDigest(good, c.now))
+	b.Poll(c.rec(mB), 100)
+	require.Equal(t, cat(span(1, 5), []uint64{5}), c.rec(mB).seqs(mB), "own 5 re-delivered")
+	require.Equal(t, uint64(6), b.NextSeq())
+}
