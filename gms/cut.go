@@ -204,8 +204,9 @@ func (g *GMS) checkMemberCut(sender digest.Member, mc *memberCut, now time.Durat
 	}
 	dl, rc, gaps, ok := g.proto.SenderState(sender, g.gaps[:0])
 	g.gaps = gaps[:0]
-	_ = dl
-	complete := !ok || rc >= mc.cut
+	// Complete once everything up to the cut is held or lost and delivered
+	// (closing the window drops what was not delivered).
+	complete := !ok || (rc >= mc.cut && dl >= mc.cut)
 	for _, r := range gaps {
 		if r.From <= mc.cut {
 			complete = false
@@ -228,8 +229,8 @@ func (g *GMS) onCut(m *msg, now time.Duration) {
 		return
 	}
 	coord, ok := g.view.Peer(m.sender)
-	if !ok {
-		return
+	if !ok || g.view.Contains(m.member) {
+		return // never cut a member of our view (a stale cut after a merge)
 	}
 	switch m.kind {
 	case 0:

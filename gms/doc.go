@@ -62,7 +62,8 @@
 // seqno any survivor received, or the leaver's announced highest), computes
 // the ranges no survivor holds and multicasts the cut with them; every
 // survivor has the protocol fetch the rest from its peers and report the
-// lost ranges, acknowledges once it holds everything up to the cut, and
+// lost ranges, acknowledges once it holds and has delivered everything up
+// to the cut, and
 // closes the window when the coordinator says every survivor has
 // acknowledged.
 //
@@ -73,8 +74,12 @@
 // smaller. Both capture their digests; the leader builds the merge view (its
 // members, then the others', counter above both) and its digest by merging
 // the partitions' digests, leaving out members no digest covers; members
-// install it and call Protocol.MergeDigest; captures are released when every
-// member has acknowledged, or on timeout.
+// install view and digest in one step (Protocol.InstallMergeView: the other
+// partition's senders resume where their windows were closed after the cut,
+// and only what the other side purged is reported lost); a cut still open
+// for a member the merge view brings back is dropped, never closed under a
+// live sender. Captures are released when every member has acknowledged, or
+// on timeout.
 //
 // # State transfer
 //
@@ -82,8 +87,10 @@
 // state. The provider takes the application state and captures the digest at
 // the same point (no delivery between the two calls), and streams the state
 // in chunks over unicast with a bounded window of unacknowledged chunks. The
-// requester installs the state, calls Protocol.OverwriteDigest (seed 003) and
-// acknowledges; the provider releases its capture on that acknowledgement. A
+// requester checks that the protocol can install the digest
+// (Protocol.CheckOverwrite; if not, the provider is abandoned before the
+// application state is touched), installs the state, calls
+// Protocol.OverwriteDigest (seed 003) and acknowledges; the provider releases its capture on that acknowledgement. A
 // requester that does not complete within Config.StateTimeout aborts and
 // retries another member; the provider holds its capture for twice that, so
 // nothing the requester may still install is ever purged under it.

@@ -414,7 +414,14 @@ func (p *fakeProto) ReleaseCapture(id uint64, now time.Duration) {
 	delete(p.captures, id)
 }
 
-func (p *fakeProto) MergeDigest(d digest.Digest, now time.Duration) {
+func (p *fakeProto) InstallMergeView(v View, d digest.Digest, now time.Duration) {
+	p.InstallView(v, digest.Digest{}, now)
+	p.mergeDigest(d, now)
+}
+
+func (p *fakeProto) CheckOverwrite(d digest.Digest) error { return nil }
+
+func (p *fakeProto) mergeDigest(d digest.Digest, now time.Duration) {
 	for i := 0; i < d.Len(); i++ {
 		e := d.At(i)
 		if e.Member == p.self {
@@ -442,7 +449,7 @@ func (p *fakeProto) MergeDigest(d digest.Digest, now time.Duration) {
 	}
 }
 
-func (p *fakeProto) OverwriteDigest(d digest.Digest, now time.Duration) {
+func (p *fakeProto) OverwriteDigest(d digest.Digest, now time.Duration) error {
 	for i := 0; i < d.Len(); i++ {
 		e := d.At(i)
 		w := p.wins[e.Member]
@@ -462,6 +469,7 @@ func (p *fakeProto) OverwriteDigest(d digest.Digest, now time.Duration) {
 		w.hr = max(w.hr, w.hd)
 	}
 	p.app.resync(p)
+	return nil
 }
 
 func (p *fakeProto) SenderState(sender digest.Member, gaps []Range) (uint64, uint64, []Range, bool) {

@@ -27,7 +27,7 @@ type Stats struct {
 	Merges           uint64 // merge views installed by this member as leader
 	MergeLeftOut     uint64 // members left out of a merge view (no digest entry)
 	StateInstalled   uint64 // state transfers completed as requester
-	StateAborted     uint64 // state transfers aborted (requester timeouts)
+	StateAborted     uint64 // state transfers aborted (requester timeouts, digests or states that could not be installed)
 	StateServed      uint64 // state transfers completed as provider
 }
 
@@ -230,9 +230,32 @@ func (g *GMS) NextDeadline() time.Duration {
 // installView installs v with the protocol and resets what depends on the
 // view. joinDigest is non-zero only for the joiner.
 func (g *GMS) installView(v View, joinDigest digest.Digest, now time.Duration) {
+	g.setView(v)
+	g.proto.InstallView(v, joinDigest, now)
+	g.viewInstalled(v, now)
+}
+
+// installMergeView installs a merge view with its digest (one protocol
+// call: see Protocol.InstallMergeView).
+func (g *GMS) installMergeView(v View, d digest.Digest, now time.Duration) {
+	g.setView(v)
+	g.proto.InstallMergeView(v, d, now)
+	g.viewInstalled(v, now)
+}
+
+// setView makes v current. A member of v is not departed: a cut still
+// open for it (a merge brought it back before the cut closed) is dropped,
+// never closed under a live sender.
+func (g *GMS) setView(v View) {
 	g.view = v
 	g.maxCounter = max(g.maxCounter, v.ID.Counter)
-	g.proto.InstallView(v, joinDigest, now)
+	for _, p := range v.Members {
+		delete(g.cuts, p.Member)
+		delete(g.mcuts, p.Member)
+	}
+}
+
+func (g *GMS) viewInstalled(v View, now time.Duration) {
 	g.stats.ViewsInstalled++
 	g.fd.viewChanged(v, now)
 	if v.Coord().Member == g.self.Member {

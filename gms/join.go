@@ -603,8 +603,7 @@ func (g *GMS) onView(m *msg, now time.Duration) {
 			g.stats.Malformed++
 			return
 		}
-		g.installView(v, digest.Digest{}, now)
-		g.proto.MergeDigest(m.dig, now)
+		g.installMergeView(v, m.dig, now)
 	} else {
 		g.installView(v, digest.Digest{}, now)
 	}

@@ -164,8 +164,7 @@ func (g *GMS) installMerge(now time.Duration) {
 	g.stats.Merges++
 	g.log.Info("gms: merge view", "view", v, "digest", d)
 	g.sendRaw(Peer{}, b)
-	g.installView(v, digest.Digest{}, now)
-	g.proto.MergeDigest(d, now)
+	g.installMergeView(v, d, now)
 	g.checkMerge(now)
 }
 

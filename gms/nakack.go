@@ -5,25 +5,24 @@ import (
 
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/nakack"
+	"github.com/nakcast/nakcast/wire"
 )
 
 // NakackProtocol adapts a *nakack.Protocol to Protocol, for the engine and
 // the simulator.
-//
-// Limitation: nakack does not expose a window's missing ranges, so
-// SenderState reports none; the coordinator then never declares a range
-// lost by itself (safe: survivors keep fetching; a range no survivor holds
-// keeps the cut open until nakack exposes its gaps).
 type NakackProtocol struct {
-	P *nakack.Protocol
-	// OverwriteErrors counts OverwriteDigest calls that could not rewind a
-	// window (purged below the digest).
-	OverwriteErrors uint64
+	P    *nakack.Protocol
+	gaps []wire.Range // scratch for SenderState
 }
 
 // InstallView implements Protocol.
 func (a *NakackProtocol) InstallView(v View, joinDigest digest.Digest, now time.Duration) {
 	a.P.InstallView(nakack.View{ID: v.ID, Members: v.IDs()}, joinDigest, now)
+}
+
+// InstallMergeView implements Protocol.
+func (a *NakackProtocol) InstallMergeView(v View, d digest.Digest, now time.Duration) {
+	a.P.InstallMergeView(nakack.View{ID: v.ID, Members: v.IDs()}, d, now)
 }
 
 // Digest implements Protocol.
@@ -40,20 +39,26 @@ func (a *NakackProtocol) ReleaseCapture(id uint64, now time.Duration) {
 	a.P.ReleaseCapture(nakack.CaptureID(id))
 }
 
-// MergeDigest implements Protocol.
-func (a *NakackProtocol) MergeDigest(d digest.Digest, now time.Duration) { a.P.MergeDigest(d, now) }
+// CheckOverwrite implements Protocol.
+func (a *NakackProtocol) CheckOverwrite(d digest.Digest) error { return a.P.CheckOverwrite(d) }
 
 // OverwriteDigest implements Protocol.
-func (a *NakackProtocol) OverwriteDigest(d digest.Digest, now time.Duration) {
-	if a.P.OverwriteDigest(d, now) != nil {
-		a.OverwriteErrors++
-	}
+func (a *NakackProtocol) OverwriteDigest(d digest.Digest, now time.Duration) error {
+	return a.P.OverwriteDigest(d, now)
 }
 
-// SenderState implements Protocol (without gaps: see the type comment).
+// SenderState implements Protocol: the window's delivered and received
+// values and its missing ranges (nakack Gaps).
 func (a *NakackProtocol) SenderState(sender digest.Member, gaps []Range) (uint64, uint64, []Range, bool) {
 	e, ok := a.P.WindowState(sender)
-	return e.Delivered, e.Received, gaps, ok
+	if !ok {
+		return 0, 0, gaps, false
+	}
+	a.gaps = a.P.Gaps(sender, a.gaps[:0])
+	for _, g := range a.gaps {
+		gaps = append(gaps, Range{From: g.From, To: g.To})
+	}
+	return e.Delivered, e.Received, gaps, true
 }
 
 // CompleteCut implements Protocol.

@@ -122,14 +122,23 @@ func (g *GMS) onStateChunk(m *msg, now time.Duration) {
 	}
 	// Complete: state and digest are installed together, with no delivery
 	// in between (the driver polls the protocol only between entry points).
-	if err := g.cfg.App.SetState(x.buf); err != nil {
-		g.log.Error("gms: SetState", "err", err)
-		g.send(x.provider, &msg{typ: typeStateDone, kind: 1, id: x.id})
-		x.tried = append(x.tried, x.provider.Member)
-		g.startXfer(now)
+	// A digest the protocol cannot install (it no longer retains what it
+	// would have to re-deliver) fails this provider before the application
+	// state is touched.
+	if err := g.proto.CheckOverwrite(x.dig); err != nil {
+		g.failXfer("gms: state digest cannot be installed", err, now)
 		return
 	}
-	g.proto.OverwriteDigest(x.dig, now)
+	if err := g.cfg.App.SetState(x.buf); err != nil {
+		g.failXfer("gms: SetState", err, now)
+		return
+	}
+	if err := g.proto.OverwriteDigest(x.dig, now); err != nil {
+		// Checked above, so not expected; the state installed does not
+		// match the protocol: the next provider's transfer replaces both.
+		g.failXfer("gms: OverwriteDigest", err, now)
+		return
+	}
 	g.send(x.provider, &msg{typ: typeStateDone, kind: 0, id: x.id})
 	g.done = xferDone{id: x.id, provider: x.provider}
 	g.xfer = nil
@@ -137,6 +146,17 @@ func (g *GMS) onStateChunk(m *msg, now time.Duration) {
 	if g.cfg.Listener != nil {
 		g.cfg.Listener.StateInstalled(nil)
 	}
+}
+
+// failXfer abandons the transfer from the current provider (which releases
+// its capture) and tries the next one.
+func (g *GMS) failXfer(what string, err error, now time.Duration) {
+	x := g.xfer
+	g.log.Error(what, "provider", x.provider.Member, "err", err)
+	g.stats.StateAborted++
+	g.send(x.provider, &msg{typ: typeStateDone, kind: 1, id: x.id})
+	x.tried = append(x.tried, x.provider.Member)
+	g.startXfer(now)
 }
 
 // onStateReq: capture the state and the digest at the same point and start

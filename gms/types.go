@@ -133,13 +133,21 @@ type Protocol interface {
 	CaptureDigest(now time.Duration) (id uint64, d digest.Digest)
 	// ReleaseCapture ends the capture id.
 	ReleaseCapture(id uint64, now time.Duration)
-	// MergeDigest folds a merge view's digest in: windows behind are raised
-	// (never our own), what the holder purged and we never got is reported
-	// lost, senders we have no window for get one.
-	MergeDigest(d digest.Digest, now time.Duration)
+	// InstallMergeView installs a merge view v together with its digest d
+	// (covering v) in one step: windows of members new to this member
+	// resume where their windows were closed after a cut (or start at 0 for
+	// a sender never seen), windows behind d are raised (never our own), and
+	// what the holder purged (at or below d's Low) and we never got is
+	// reported lost; the rest is fetched.
+	InstallMergeView(v View, d digest.Digest, now time.Duration)
+	// CheckOverwrite reports whether OverwriteDigest(d) can be applied
+	// (every window to be re-delivered still retains what it needs). It
+	// changes nothing.
+	CheckOverwrite(d digest.Digest) error
 	// OverwriteDigest installs a state transfer digest (seed 003): own send
-	// seqno kept, every window set to the digest's delivered value.
-	OverwriteDigest(d digest.Digest, now time.Duration)
+	// seqno kept, every window set to the digest's delivered value. On
+	// error nothing changed (the transfer must be abandoned).
+	OverwriteDigest(d digest.Digest, now time.Duration) error
 	// SenderState reports this member's window for sender: highest
 	// delivered, highest received and the missing ranges in (delivered,
 	// received], appended to gaps. ok is false if there is no window.
