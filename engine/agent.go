@@ -174,6 +174,12 @@ func (a *agent) run() {
 		}
 		switch m.cfg.Idle {
 		case IdleSpin:
+			// Spin, but let the other goroutines of a busy process (the
+			// application's, another member's agent) run now and then:
+			// Go preempts a spinning goroutine only after 10ms.
+			if spins++; spins%64 == 0 {
+				runtime.Gosched()
+			}
 			continue
 		case IdleYield:
 			runtime.Gosched()

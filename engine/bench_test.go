@@ -3,10 +3,14 @@ package engine
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nakcast/nakcast/bench"
+	"github.com/nakcast/nakcast/digest"
 )
 
 // BenchmarkEngineLoopback measures one sender member to one receiver
@@ -70,4 +74,84 @@ func benchLoopback(b *testing.B, size int, idle IdleStrategy) {
 	b.ReportMetric(float64(s.FlowControlWaits), "flow-waits")
 	b.ReportMetric(float64(r.Protocol.StableSent), "stable-sent")
 	b.ReportMetric(float64(s.Protocol.StabilitySent), "stability-sent")
+}
+
+// pinger is member A's handler in the ping-pong: it notes the arrival of
+// B's pong.
+type pinger struct {
+	peer digest.Member
+	got  atomic.Uint64
+}
+
+func (p *pinger) Deliver(s digest.Member, seq uint64, _ []byte) {
+	if s == p.peer {
+		p.got.Store(seq)
+	}
+}
+func (p *pinger) Lost(digest.Member, uint64, uint64) {}
+
+// ponger is member B's handler: it answers every message of A with a pong
+// sent with TrySend from inside the handler (allowed: it never blocks).
+type ponger struct {
+	peer digest.Member
+	m    atomic.Pointer[Member]
+	buf  []byte
+}
+
+func (p *ponger) Deliver(s digest.Member, _ uint64, _ []byte) {
+	if s == p.peer {
+		for p.m.Load().TrySend(p.buf) != nil {
+		}
+	}
+}
+func (p *ponger) Lost(digest.Member, uint64, uint64) {}
+
+// BenchmarkEnginePingPong measures the round trip of 64 B messages between
+// two members on loopback (multicast both ways, push delivery, shared-mode
+// agent), and in the same run the raw UDP multicast ping-pong of bench/
+// with the matching idle strategy (spin: BusyPoll), reporting p50 and p99
+// and their ratios.
+func BenchmarkEnginePingPong(b *testing.B) {
+	for _, idle := range []IdleStrategy{IdleBlock, IdleYield, IdleSpin} {
+		b.Run(idle.String(), func(b *testing.B) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			raw, err := bench.RunRawPingPong(ctx, bench.PingPongConfig{Group: testGroup(), Count: max(b.N, 100), Multicast: true, BusyPoll: idle == IdleSpin})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids := testMembers(2)
+			pi := &pinger{peer: ids[1]}
+			po := &ponger{peer: ids[0], buf: make([]byte, 64)}
+			ms := openGroup(b, 2, func(i int, c *Config) {
+				c.Self, c.Members, c.Idle = ids[i], ids, idle
+				c.Handler = []Handler{pi, po}[i]
+			})
+			po.m.Store(ms[1])
+			ping := make([]byte, 64)
+			warm := max(b.N/10, 10)
+			rtts := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 1; i <= warm+b.N; i++ {
+				t0 := time.Now()
+				for ms[0].TrySend(ping) != nil {
+				}
+				for pi.got.Load() < uint64(i) {
+					runtime.Gosched()
+				}
+				if i > warm {
+					rtts = append(rtts, time.Since(t0))
+				}
+			}
+			b.StopTimer()
+			slices.Sort(rtts)
+			p50, p99 := rtts[len(rtts)/2], rtts[len(rtts)*99/100]
+			b.ReportMetric(float64(p50)/1e3, "p50-us")
+			b.ReportMetric(float64(p99)/1e3, "p99-us")
+			b.ReportMetric(float64(raw.P50)/1e3, "raw-p50-us")
+			b.ReportMetric(float64(raw.P99)/1e3, "raw-p99-us")
+			b.ReportMetric(float64(p50)/float64(raw.P50), "p50-engine/raw")
+			b.ReportMetric(float64(p99)/float64(raw.P99), "p99-engine/raw")
+		})
+	}
 }
