@@ -50,6 +50,8 @@ type agent struct {
 	pendN       int
 	unflushed   bool
 	closeSeen   bool          // an iteration has observed Close
+	lagCheckAt  time.Duration // next backlog measurement
+	lagging     bool          // an EventLagging episode is open
 	protoFull   bool          // the protocol refused the last Send (retention window full)
 	lingerUntil time.Duration // drained: exit at this time
 	bundleAt    time.Duration // when the open bundle got its first message
@@ -305,7 +307,10 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	}
 	p.ClearOutbox()
 
-	deadline = p.NextDeadline()
+	if now >= a.lagCheckAt {
+		a.checkLag(now)
+	}
+	deadline = min(p.NextDeadline(), a.lagCheckAt)
 	if a.unflushed && m.cfg.BundleDelay > 0 {
 		deadline = min(deadline, a.bundleAt+m.cfg.BundleDelay)
 	}
@@ -490,6 +495,34 @@ func (a *agent) write() {
 		a.wb[i] = nil
 	}
 	a.wq, a.wb, a.wdsts = a.wq[:0], a.wb[:0], a.wdsts[:0]
+}
+
+// lagCheckInterval is how often the agent measures the delivery backlog.
+const lagCheckInterval = 100 * time.Millisecond
+
+// checkLag measures the largest backlog (received, not delivered) over the
+// senders and reports this member as lagging (EventLagging, once per
+// episode) when it exceeds half the window: the application is not
+// consuming, and stability, so every sender, will soon wait for it.
+func (a *agent) checkLag(now time.Duration) {
+	a.lagCheckAt = now + lagCheckInterval
+	m := a.m
+	var worst uint64
+	for _, mem := range m.cfg.Members {
+		if e, ok := m.proto.WindowState(mem); ok && mem != m.cfg.Self && e.Received > e.Delivered {
+			worst = max(worst, e.Received-e.Delivered)
+		}
+	}
+	m.ctr.backlog.Store(worst)
+	switch w := uint64(m.cfg.Window); {
+	case !a.lagging && worst > w/2:
+		a.lagging = true
+		m.ctr.laggingEpisodes.Add(1)
+		m.events.push(Event{Kind: EventLagging, Sender: m.cfg.Self, From: worst})
+		m.log.l.Warn("application is not consuming: delivery backlog above half the window", "backlog", worst, "window", w)
+	case a.lagging && worst < w/4:
+		a.lagging = false
+	}
 }
 
 // closeLingerRounds is how many stability intervals a drained member keeps

@@ -21,8 +21,11 @@ const (
 	// EventSuspect: Sender is suspected of having failed (arrives with
 	// gms).
 	EventSuspect
-	// EventLagging: Sender (a member) trails the group by From messages
-	// (arrives with gms/stability reporting).
+	// EventLagging: Sender (this member: the application is not
+	// consuming) has From messages of some sender received but not
+	// delivered, more than half the window; stability, and so every
+	// sender, will soon wait for it. Reported once per episode. (Lag of
+	// other members, seen by the coordinator, arrives with gms.)
 	EventLagging
 )
 

@@ -71,3 +71,33 @@ func TestLostRangeEvent(t *testing.T) {
 	var evs [4]Event
 	require.Zero(t, b.PollEvents(evs[:]), "reported once")
 }
+
+// TestLaggingEvent: a pull-mode member whose application does not poll is
+// reported as lagging once its backlog passes half the window.
+func TestLaggingEvent(t *testing.T) {
+	ms := openGroup(t, 2, func(i int, c *Config) {
+		c.Window = 256
+		if i == 0 {
+			c.Handler = HandlerFunc(func(digest.Member, uint64, []byte) {})
+		}
+	})
+	for range 200 {
+		require.NoError(t, ms[0].TrySend([]byte("x")))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		e, err := ms[1].NextEvent(ctx)
+		require.NoError(t, err)
+		if e.Kind == EventLagging {
+			require.Equal(t, ms[1].Self(), e.Sender)
+			require.Greater(t, e.From, uint64(128))
+			break
+		}
+	}
+	s := ms[1].Stats()
+	require.Equal(t, uint64(1), s.LaggingEpisodes)
+	require.Greater(t, s.Backlog, uint64(128))
+	for n := 0; n < 200; n += ms[1].Poll(newRecorder(-1), 64) {
+	}
+}

@@ -28,6 +28,8 @@ type counters struct {
 	dropSendFailed       atomic.Uint64
 	unicastViaGroup      atomic.Uint64
 	lostRanges           atomic.Uint64
+	backlog              atomic.Uint64
+	laggingEpisodes      atomic.Uint64
 }
 
 // Drops counts dropped datagrams (or messages, where noted) by reason.
@@ -89,7 +91,12 @@ type Stats struct {
 	ReceiveErrors    uint64 // datagrams the protocol refused (also in Drops)
 	UnicastViaGroup  uint64 // unicasts sent through the group: destination address not learned yet
 	DiscardedOnClose uint64 // messages not polled when Close drained (pull mode)
-	Drops            Drops
+	// Backlog is the largest number of messages of one sender received but
+	// not yet delivered (measured every 100ms): the application's lag.
+	// LaggingEpisodes counts EventLagging reports (backlog above Window/2).
+	Backlog         uint64
+	LaggingEpisodes uint64
+	Drops           Drops
 	// Senders is the window of every sender this member knows.
 	Senders []SenderWindow
 	// Protocol, Pool and Transport are the layers' own counters.
@@ -126,6 +133,8 @@ func (m *Member) Stats() Stats {
 		ReceiveErrors:        m.ctr.receiveErrors.Load(),
 		UnicastViaGroup:      m.ctr.unicastViaGroup.Load(),
 		DiscardedOnClose:     m.ctr.discardedOnClose.Load(),
+		Backlog:              m.ctr.backlog.Load(),
+		LaggingEpisodes:      m.ctr.laggingEpisodes.Load(),
 		Drops: Drops{
 			Malformed:  ps.Drops.Malformed,
 			NotMember:  ps.Drops.NotMember,
