@@ -55,6 +55,22 @@ func (p *Protocol) CaptureDigest(reason string, now time.Duration) (CaptureID, d
 	return id, d
 }
 
+// CaptureMergeDigest captures the live digest for a merge. A merge fetches
+// from the other partition everything above the holder's Low (design.md,
+// "Merges"), so until ReleaseCapture this member's STABLE advertises at most
+// the captured Low values (not the delivered ones), and a coordinator drops
+// the stability round in progress (it may hold values folded before the
+// capture): nobody purges past the captured Low while the merge is under
+// way.
+func (p *Protocol) CaptureMergeDigest(reason string, now time.Duration) (CaptureID, digest.Digest) {
+	id, d := p.CaptureDigest(reason, now)
+	p.captures[len(p.captures)-1].atLow = true
+	if p.coord == p.self {
+		p.round.reset()
+	}
+	return id, d
+}
+
 // ReleaseCapture releases a capture; false if id is not held.
 func (p *Protocol) ReleaseCapture(id CaptureID) bool {
 	for i := range p.captures {

@@ -185,6 +185,7 @@ type capture struct {
 	id     CaptureID
 	d      digest.Digest
 	reason string
+	atLow  bool // a merge capture: advertise the captured Low, not Delivered
 }
 
 // CaptureID names a digest capture (CaptureDigest / ReleaseCapture).

@@ -46,7 +46,7 @@ func (r *stableRound) reset() {
 // stableEntries returns (in p.entries) the delivered digest this member
 // advertises: one entry per view member in view order (zero for a member
 // without a window: nothing of it may be purged), Delivered lowered to what
-// any held capture says.
+// any held capture says (its Low for a merge capture).
 func (p *Protocol) stableEntries() []digest.Entry {
 	es := p.entries[:0]
 	for _, m := range p.view.Members {
@@ -57,8 +57,12 @@ func (p *Protocol) stableEntries() []digest.Entry {
 		}
 		e := p.entryOf(s)
 		for i := range p.captures {
-			if c, ok := p.captures[i].d.Lookup(m); ok && c.Delivered < e.Delivered {
-				e.Delivered = c.Delivered
+			if c, ok := p.captures[i].d.Lookup(m); ok {
+				hold := c.Delivered
+				if p.captures[i].atLow {
+					hold = c.Low
+				}
+				e.Delivered = min(e.Delivered, hold)
 			}
 		}
 		es = append(es, e)
