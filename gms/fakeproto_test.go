@@ -9,9 +9,11 @@ import (
 	"github.com/nakcast/nakcast/digest"
 )
 
-// fakeProto is a small NAKACK model for gms tests, standing in for nakack
-// until it lands: per-sender windows, NAKs answered by the original sender
-// (or by any holder once the sender departed), MSG_NOT_FOUND for purged
+// fakeProto is a small NAKACK model for gms unit tests that exercise gms
+// alone (JoinRsp validation, the seed-002 digest rule, captures); the issue-4
+// scenarios run on the real nakack (realnak_test.go). It models per-sender
+// windows, NAKs answered by the original sender (or by any holder once the
+// sender departed), MSG_NOT_FOUND for purged
 // seqnos, STABLE/STABILITY with the capture rule, set/merge/overwrite
 // digest, cuts. Its datagrams start with fakeMagic, so they never collide
 // with wire's version byte.
@@ -405,6 +407,10 @@ func (p *fakeProto) CaptureDigest(now time.Duration) (uint64, digest.Digest) {
 	d := p.Digest()
 	p.captures[p.capSeq] = d
 	return p.capSeq, d
+}
+
+func (p *fakeProto) CaptureMergeDigest(now time.Duration) (uint64, digest.Digest) {
+	return p.CaptureDigest(now)
 }
 
 func (p *fakeProto) ReleaseCapture(id uint64, now time.Duration) {

@@ -41,7 +41,7 @@ func (g *GMS) mergeCandidate(other Peer, otherView digest.ViewID, now time.Durat
 	g.maxCounter = max(g.maxCounter, otherView.Counter)
 	ms := &mergeState{id: g.rng.Uint64() | 1, others: []Peer{other}, rsps: make(map[digest.Member]*msg),
 		deadline: now + g.cfg.MergeTimeout}
-	ms.capID, ms.own = g.proto.CaptureDigest(now)
+	ms.capID, ms.own = g.proto.CaptureMergeDigest(now)
 	ms.captured = true
 	g.merge = ms
 	g.log.Info("gms: merge started", "self", g.self.Member, "with", other.Member)
@@ -67,7 +67,7 @@ func (g *GMS) onMergeReq(m *msg, now time.Duration) {
 		return
 	}
 	g.maxCounter = max(g.maxCounter, m.view.Counter)
-	capID, d := g.proto.CaptureDigest(now)
+	capID, d := g.proto.CaptureMergeDigest(now)
 	g.hold = &mergeHold{id: m.id, leader: m.sender, capID: capID, deadline: now + 2*g.cfg.MergeTimeout}
 	r := &msg{typ: typeMergeRsp, kind: 0, id: m.id}
 	r.withView(g.view).withDigest(d)

@@ -34,6 +34,12 @@ func (a *NakackProtocol) CaptureDigest(now time.Duration) (uint64, digest.Digest
 	return uint64(id), d
 }
 
+// CaptureMergeDigest implements Protocol.
+func (a *NakackProtocol) CaptureMergeDigest(now time.Duration) (uint64, digest.Digest) {
+	id, d := a.P.CaptureMergeDigest("gms merge", now)
+	return uint64(id), d
+}
+
 // ReleaseCapture implements Protocol.
 func (a *NakackProtocol) ReleaseCapture(id uint64, now time.Duration) {
 	a.P.ReleaseCapture(nakack.CaptureID(id))

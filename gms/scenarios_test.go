@@ -8,6 +8,7 @@ import (
 
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/sim"
+	"github.com/nakcast/nakcast/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,55 +26,6 @@ func lossyNet(seed uint64, maxLoss float64) sim.NetConfig {
 	return sim.NetConfig{
 		Loss: r.Float64() * maxLoss, Duplicate: r.Float64() * 0.05, Reorder: r.Float64() * 0.1,
 		Jitter: 300 * time.Microsecond,
-	}
-}
-
-// allDelivered: every node delivered every message every sender in ns sent.
-func allDelivered(ns ...*node) bool {
-	for _, n := range ns {
-		p := n.cur()
-		if p == nil {
-			return false
-		}
-		for _, s := range ns {
-			w := p.wins[s.self()]
-			if w == nil || w.hd != s.cur().seq {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// TestJoinUnderTrafficNoLoss: members join while every member sends, under
-// loss, duplication and reordering; stability suspension means no lost range
-// and no MSG_NOT_FOUND ever, and every member delivers every message from its
-// join digest on.
-func TestJoinUnderTrafficNoLoss(t *testing.T) {
-	for seed := range uint64(seeds(200, 20)) {
-		h := newHarness(t, seed, lossyNet(seed, 0.1))
-		a, b, c, d, e := h.add(1), h.add(2), h.add(3), h.add(4), h.add(5)
-		r := rand.New(rand.NewPCG(seed, 5))
-		h.join(0, a)
-		h.join(60*time.Millisecond, b, c)
-		for _, n := range []*node{a, b, c} {
-			h.traffic(n, 300*time.Millisecond, 1200*time.Millisecond, time.Duration(1+r.IntN(3))*time.Millisecond)
-		}
-		h.join(400*time.Millisecond+time.Duration(r.IntN(300))*time.Millisecond, d)
-		h.join(400*time.Millisecond+time.Duration(r.IntN(300))*time.Millisecond, e)
-		all := []*node{a, b, c, d, e}
-		h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 10*time.Second, "joined")
-		h.run(max(h.s.Now(), 1300*time.Millisecond))
-		h.s.SetNet(sim.NetConfig{})
-		h.runUntil(func() bool { return allDelivered(all...) && drained(all...) }, 20*time.Second, "all delivered")
-		for _, n := range all {
-			require.Zero(t, n.p.notFound, "seed %d", seed)
-			require.Empty(t, n.app.lost, "seed %d node %d", seed, n.id)
-		}
-		h.noErrors()
-		if t.Failed() {
-			return
-		}
 	}
 }
 
@@ -149,25 +101,31 @@ func (r recordingProto) InstallView(v View, d digest.Digest, now time.Duration) 
 	r.fakeProto.InstallView(v, d, now)
 }
 
+// The scenarios of issue 4 below run on the simulator with the real nakack
+// (realNode, NakackProtocol) under every member.
+
 // TestCoordinatorCrashDuringJoin: the coordinator crashes while a join is
-// in progress (before it answers, or right after sending the JoinRsp); the
-// next member takes over and the joiner ends in the survivors' view.
+// in progress (when the JOIN_REQ reaches it, right after it sent the
+// JoinRsp, or right after it multicast the view) while the others send; the
+// next member takes over, the joiner ends in the survivors' view, every
+// survivor delivers everything the survivors sent (the joiner from its join
+// digest on) and nothing is reported lost or answered MSG_NOT_FOUND.
 func TestCoordinatorCrashDuringJoin(t *testing.T) {
 	for _, when := range []uint8{typeJoinReqCrash, typeJoinRspCrash, typeViewCrash} {
-		for seed := range uint64(seeds(20, 5)) {
+		for seed := range uint64(seeds(20, 4)) {
 			t.Run(fmt.Sprintf("%s/seed%d", crashNames[when], seed), func(t *testing.T) {
-				h := newHarness(t, seed, lossyNet(seed, 0.05))
+				h := newRHarness(t, seed, lossyNet(seed, 0.05))
 				a, b, c, d := h.add(1), h.add(2), h.add(3), h.add(4)
-				for _, n := range []*node{a, b, c, d} {
+				for _, n := range []*realNode{a, b, c, d} {
 					n.rejoin = true
 				}
 				h.join(0, a)
 				h.join(60*time.Millisecond, b, c)
-				h.runUntil(func() bool { return converged(a, b, c) && quiet(a, b, c) }, 5*time.Second, "v={A,B,C}")
+				h.runUntil(func() bool { return rConverged(a, b, c) && rQuiet(a, b, c) }, 5*time.Second, "v={A,B,C}")
 				orig := a.g.View()
 				crashed := false
 				h.s.AddTap(func(ev sim.TapEvent) {
-					if crashed || ev.Data[0] == fakeMagic {
+					if crashed || len(ev.Data) < 3 || !IsMembership(wire.Type(ev.Data[2])) {
 						return
 					}
 					m, err := decode(ev.Data, 7)
@@ -182,14 +140,22 @@ func TestCoordinatorCrashDuringJoin(t *testing.T) {
 						h.s.Schedule(ev.At, func(time.Duration) { h.s.Crash(a.Member()) })
 					}
 				})
-				for _, n := range []*node{b, c} {
-					h.traffic(n, h.s.Now(), h.s.Now()+500*time.Millisecond, 3*time.Millisecond)
+				stop := h.s.Now() + 500*time.Millisecond
+				for _, n := range []*realNode{b, c} {
+					h.traffic(n, h.s.Now(), stop, 3*time.Millisecond)
 				}
 				h.join(h.s.Now()+10*time.Millisecond, d)
-				h.runUntil(func() bool { return crashed && converged(b, c, d) && quiet(b, c, d) }, h.s.Now()+20*time.Second, "survivors' view")
+				h.runUntil(func() bool { return crashed && rConverged(b, c, d) && rQuiet(b, c, d) }, h.s.Now()+20*time.Second, "survivors' view")
 				require.Equal(t, orig.Members[1].Member, b.g.View().Coord().Member, "the next member took over")
+				h.run(max(h.s.Now(), stop))
 				h.s.SetNet(sim.NetConfig{})
-				h.runUntil(func() bool { return drained(b, c, d) }, h.s.Now()+10*time.Second, "drained")
+				h.runUntil(func() bool { return rAllDelivered(b, c, d) }, h.s.Now()+10*time.Second, "all delivered")
+				for _, n := range []*realNode{b, c, d} {
+					_, ok := n.p().WindowState(a.self())
+					require.False(t, ok, "crashed coordinator's window closed at %d", n.id)
+					require.Empty(t, n.app.lost, "node %d", n.id)
+				}
+				h.noNotFound()
 				h.noErrors()
 			})
 		}
@@ -204,123 +170,174 @@ const (
 
 var crashNames = []string{"on JoinReq", "after JoinRsp", "after View"}
 
-// TestSenderCrashSamePrefix: a member crashes while sending under loss;
-// the coordinator fixes the cut and every survivor ends with the same prefix
-// of its messages (delivered or reported lost), then closes its window.
+// TestSenderCrashSamePrefix: a member crashes while every member sends
+// under loss; the coordinator fixes the cut (ranges no survivor holds are
+// declared lost: nakack Gaps), survivors complete the rest from each other,
+// and every survivor ends with the same prefix of the crashed sender's
+// messages (same fold: delivered or reported lost, in order), then closes
+// its window.
 func TestSenderCrashSamePrefix(t *testing.T) {
-	for seed := range uint64(seeds(60, 10)) {
-		h := newHarness(t, seed, lossyNet(seed, 0.2))
+	lostSeen := 0
+	for seed := range uint64(seeds(200, 16)) {
+		h := newRHarness(t, seed, lossyNet(seed, 0.2))
 		a, b, c, d := h.add(1), h.add(2), h.add(3), h.add(4)
-		all := []*node{a, b, c, d}
+		all := []*realNode{a, b, c, d}
 		h.join(0, a)
 		h.join(60*time.Millisecond, b, c, d)
-		h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
+		h.runUntil(func() bool { return rConverged(all...) && rQuiet(all...) }, 5*time.Second, "joined")
 		start := h.s.Now()
+		stop := start + 800*time.Millisecond
 		for _, n := range all {
-			h.traffic(n, start, start+800*time.Millisecond, time.Millisecond)
+			h.traffic(n, start, stop, time.Millisecond)
 		}
 		r := rand.New(rand.NewPCG(seed, 7))
 		crashAt := start + time.Duration(100+r.IntN(500))*time.Millisecond
-		victim := []*node{b, c, d}[r.IntN(3)]
+		victim := []*realNode{b, c, d}[r.IntN(3)]
 		vm := victim.self()
 		h.s.Schedule(crashAt, func(time.Duration) { h.s.Crash(victim.Member()) })
-		var surv []*node
+		var surv []*realNode
 		for _, n := range all {
 			if n != victim {
 				surv = append(surv, n)
 			}
 		}
-		h.runUntil(func() bool { return h.s.Now() > crashAt && converged(surv...) && quiet(surv...) }, crashAt+20*time.Second, "cut closed")
+		h.runUntil(func() bool { return h.s.Now() > crashAt && rConverged(surv...) && rQuiet(surv...) }, crashAt+20*time.Second, "cut closed")
 		var last *senderFold
 		for _, n := range surv {
-			require.Nil(t, n.p.wins[vm], "seed %d: window still open at %d", seed, n.id)
+			_, open := n.p().WindowState(vm)
+			require.False(t, open, "seed %d: window still open at %d", seed, n.id)
 			st := n.app.state[vm]
 			require.NotNil(t, st, "seed %d", seed)
 			if last != nil {
 				require.Equal(t, *last, *st, "seed %d: survivors differ on the crashed sender's prefix", seed)
 			}
 			last = st
+			if len(n.app.lost[vm]) > 0 {
+				lostSeen++
+			}
 		}
+		h.run(max(h.s.Now(), stop))
 		h.s.SetNet(sim.NetConfig{})
-		h.runUntil(func() bool { return drained(surv...) }, h.s.Now()+10*time.Second, "drained")
+		h.runUntil(func() bool { return rAllDelivered(surv...) }, h.s.Now()+10*time.Second, "drained")
+		for _, n := range surv {
+			for _, s := range surv {
+				require.Empty(t, n.app.lost[s.self()], "seed %d: a survivor's message reported lost", seed)
+			}
+		}
+		h.noNotFound()
 		h.noErrors()
 		if t.Failed() {
 			return
 		}
+	}
+	t.Logf("survivors with lost ranges of the crashed sender: %d", lostSeen)
+	if seeds(1, 0) == 1 {
+		require.NotZero(t, lostSeen, "no seed made the coordinator declare a range lost (cut gaps path untested)")
 	}
 }
 
 // TestPartitionMerge: {A,B} | {C,D} under traffic, then the partition
 // heals: the coordinators merge into one view; every message is delivered
-// once or reported lost, and lost only if its sender had purged it.
+// exactly once or reported lost (FIFO folds), every member ends with every
+// message's fate known, and a range is reported lost only at a member of the
+// other side and only at or below the Low the merge digest gives for its
+// sender (what the sender's side had purged).
 func TestPartitionMerge(t *testing.T) {
-	for seed := range uint64(seeds(30, 5)) {
-		h := newHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
+	lostSeen := 0
+	for seed := range uint64(seeds(100, 8)) {
+		h := newRHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
 		a, b, c, d := h.add(1), h.add(2), h.add(3), h.add(4)
-		all := []*node{a, b, c, d}
+		all := []*realNode{a, b, c, d}
+		var merges []digest.Digest
+		h.s.AddTap(func(ev sim.TapEvent) {
+			if ev.Kind != sim.TapSend || len(ev.Data) < 3 || !IsMembership(wire.Type(ev.Data[2])) {
+				return
+			}
+			if m, err := decode(ev.Data, 7); err == nil && m.typ == typeView && m.kind == 1 {
+				merges = append(merges, m.dig)
+			}
+		})
 		h.join(0, a)
 		h.join(60*time.Millisecond, b, c, d)
-		h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
+		h.runUntil(func() bool { return rConverged(all...) && rQuiet(all...) }, 5*time.Second, "joined")
 		start := h.s.Now()
+		stop := start + 3*time.Second
 		for _, n := range all {
-			h.traffic(n, start, start+3*time.Second, 2*time.Millisecond)
+			h.traffic(n, start, stop, 2*time.Millisecond)
 		}
-		h.s.Partition(start+300*time.Millisecond, start+1500*time.Millisecond,
+		heal := start + 1500*time.Millisecond
+		h.s.Partition(start+300*time.Millisecond, heal,
 			[]digest.Member{a.Member(), b.Member()}, []digest.Member{c.Member(), d.Member()})
-		ok, err := h.s.RunWhile(func() bool { return !(converged(a, b) && converged(c, d)) }, 10*time.Millisecond, start+1500*time.Millisecond)
+		ok, err := h.s.RunWhile(func() bool { return !(rConverged(a, b) && rConverged(c, d) && rQuiet(a, b) && rQuiet(c, d)) },
+			10*time.Millisecond, heal)
 		require.NoError(t, err)
-		require.True(t, ok, "seed %d: two views: %v %v %v %v", seed, a.g.View(), b.g.View(), c.g.View(), d.g.View())
-		h.runUntil(func() bool { return h.s.Now() > start+1500*time.Millisecond && converged(all...) && quiet(all...) },
+		require.True(t, ok, "seed %d: two views with closed cuts: %s", seed, h.dump())
+		h.runUntil(func() bool { return h.s.Now() > heal && rConverged(all...) && rQuiet(all...) },
 			start+20*time.Second, "merged view")
-		h.run(start + 3*time.Second)
-		h.runUntil(func() bool { return drained(all...) && allDelivered(all...) }, h.s.Now()+10*time.Second, "drained")
+		h.run(max(h.s.Now(), stop))
+		h.runUntil(func() bool { return rAllDelivered(all...) }, h.s.Now()+10*time.Second, "all delivered")
 		require.NotZero(t, a.g.Stats().Merges+c.g.Stats().Merges, "seed %d", seed)
+		require.NotEmpty(t, merges)
+		side := func(m digest.Member) int {
+			if m.ID <= 2 {
+				return 0
+			}
+			return 1
+		}
 		for _, n := range all {
 			for s, rs := range n.app.lost {
-				var sender *node
-				for _, x := range all {
-					if x.self() == s {
-						sender = x
+				require.NotEqual(t, side(n.self()), side(s), "seed %d: %d reports its own side's %v lost", seed, n.id, s)
+				var low uint64
+				for _, md := range merges {
+					if e, ok := md.Lookup(s); ok {
+						low = max(low, e.Low)
 					}
 				}
-				require.NotNil(t, sender)
 				for _, r := range rs {
-					require.LessOrEqual(t, r.To, sender.p.wins[s].purged, "seed %d: %d reports %v lost from %d but it was never purged", seed, n.id, r, sender.id)
+					require.LessOrEqual(t, r.To, low, "seed %d: %d reports %v of %v lost above the purge point the merge gave", seed, n.id, r, s)
 				}
+				lostSeen++
 			}
+			require.Equal(t, n.sent(), n.app.state[n.self()].last, "seed %d", seed)
 		}
+		h.noNotFound()
 		h.noErrors()
 		if t.Failed() {
 			return
 		}
 	}
+	t.Logf("(member, sender) pairs with ranges reported lost after a merge: %d", lostSeen)
+	require.NotZero(t, lostSeen, "no merge had anything purged to report (merge lost path untested)")
 }
 
 // TestStateTransferUnderLoss: a member joins during traffic with loss and
-// fetches the state; its installed state plus what it delivers afterwards
-// equals the provider's state plus what the provider delivers afterwards
-// (all application states equal once traffic stops).
+// fetches the state (a replicated fold of every sender's messages) in
+// small chunks; its installed state plus what it delivers afterwards equals
+// the provider's state plus what the provider delivers afterwards: once
+// traffic stops every member's application state is the same.
 func TestStateTransferUnderLoss(t *testing.T) {
-	for seed := range uint64(seeds(200, 20)) {
-		h := newHarness(t, seed, lossyNet(seed, 0.15))
+	for seed := range uint64(seeds(200, 12)) {
+		h := newRHarness(t, seed, lossyNet(seed, 0.15))
 		h.tweak = func(c *Config) { c.StateChunk = 64; c.StateWindow = 3 }
 		a, b, c, d := h.add(1), h.add(2), h.add(3), h.add(4)
-		all := []*node{a, b, c, d}
+		all := []*realNode{a, b, c, d}
 		r := rand.New(rand.NewPCG(seed, 11))
 		h.join(0, a)
 		h.join(60*time.Millisecond, b, c)
-		for _, n := range []*node{a, b, c} {
-			h.traffic(n, 200*time.Millisecond, 1500*time.Millisecond, time.Duration(1+r.IntN(3))*time.Millisecond)
+		stop := 1500 * time.Millisecond
+		for _, n := range []*realNode{a, b, c} {
+			h.traffic(n, 200*time.Millisecond, stop, time.Duration(1+r.IntN(3))*time.Millisecond)
 		}
+		h.traffic(d, 200*time.Millisecond, stop, 5*time.Millisecond)
 		h.join(400*time.Millisecond+time.Duration(r.IntN(300))*time.Millisecond, d)
-		h.runUntil(func() bool { return converged(all...) }, 10*time.Second, "joined")
+		h.runUntil(func() bool { return rConverged(all...) }, 10*time.Second, "joined")
 		h.do(h.s.Now(), d, func(now time.Duration) { require.NoError(t, d.g.RequestState(now)) })
 		h.runUntil(func() bool { return len(d.states) > 0 }, h.s.Now()+20*time.Second, "state installed")
 		require.NoError(t, d.states[0], "seed %d", seed)
-		h.run(max(h.s.Now(), 1600*time.Millisecond))
+		h.run(max(h.s.Now(), stop+100*time.Millisecond))
 		h.s.SetNet(sim.NetConfig{})
-		h.runUntil(func() bool { return allDelivered(all...) && drained(all...) && quiet(all...) }, h.s.Now()+20*time.Second, "delivered")
-		var prov *node
+		h.runUntil(func() bool { return rAllDelivered(all...) && rQuiet(all...) }, h.s.Now()+20*time.Second, "delivered")
+		var prov *realNode
 		for _, n := range all {
 			if n.self() == d.g.done.provider.Member {
 				prov = n
@@ -333,6 +350,7 @@ func TestStateTransferUnderLoss(t *testing.T) {
 		for _, n := range all {
 			require.Empty(t, n.app.lost)
 		}
+		h.noNotFound()
 		h.noErrors()
 		if t.Failed() {
 			return
@@ -343,57 +361,73 @@ func TestStateTransferUnderLoss(t *testing.T) {
 // TestRejoinNewIncarnation: a member leaves gracefully and rejoins: the new
 // incarnation delivers every message from its JoinRsp digest on and none its
 // earlier incarnation delivered; its own seqnos restart at 1 and the others
-// keep them apart from the old ones.
+// keep them apart from the old ones (the old incarnation's window is
+// closed after delivering all it sent).
 func TestRejoinNewIncarnation(t *testing.T) {
-	h := newHarness(t, 21, lossyNet(21, 0.05))
-	a, b, c := h.add(1), h.add(2), h.add(3)
-	rsps := tapJoinRsps(h)
-	h.join(0, a)
-	h.join(60*time.Millisecond, b, c)
-	h.runUntil(func() bool { return converged(a, b, c) && quiet(a, b, c) }, 5*time.Second, "joined")
-	start := h.s.Now()
-	for _, n := range []*node{a, b, c} {
-		h.traffic(n, start, start+1500*time.Millisecond, 2*time.Millisecond)
+	for seed := range uint64(seeds(20, 4)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h := newRHarness(t, seed, lossyNet(seed, 0.05))
+			a, b, c := h.add(1), h.add(2), h.add(3)
+			var rsps []sentJoinRsp
+			h.s.AddTap(func(ev sim.TapEvent) {
+				if ev.Kind != sim.TapSend || len(ev.Data) < 3 || !IsMembership(wire.Type(ev.Data[2])) {
+					return
+				}
+				if m, err := decode(ev.Data, 7); err == nil && m.typ == typeJoinRsp && m.kind == 0 {
+					rsps = append(rsps, sentJoinRsp{at: ev.At, from: m.sender, to: m.member, v: m.v, dig: m.dig})
+				}
+			})
+			h.join(0, a)
+			h.join(60*time.Millisecond, b, c)
+			h.runUntil(func() bool { return rConverged(a, b, c) && rQuiet(a, b, c) }, 5*time.Second, "joined")
+			start := h.s.Now()
+			stop := start + 1500*time.Millisecond
+			for _, n := range []*realNode{a, b, c} {
+				h.traffic(n, start, stop, 2*time.Millisecond)
+			}
+			old := b.self()
+			var oldApp *fakeApp
+			var oldSeq uint64
+			h.do(start+400*time.Millisecond, b, func(now time.Duration) {
+				oldApp, oldSeq = b.app, b.sent()
+				require.NoError(t, b.g.Leave(now))
+			})
+			h.runUntil(func() bool { return len(b.left) == 1 && rConverged(a, c) && rQuiet(a, c) }, start+5*time.Second, "left")
+			require.NoError(t, b.left[0])
+			for _, n := range []*realNode{a, c} {
+				_, open := n.p().WindowState(old)
+				require.False(t, open, "old incarnation's window closed")
+				require.Equal(t, oldSeq, n.app.state[old].last, "every message of the leaver delivered")
+				require.Empty(t, n.app.lost[old])
+			}
+			h.join(h.s.Now()+50*time.Millisecond, b)
+			h.runUntil(func() bool { return rConverged(a, b, c) && rQuiet(a, b, c) }, h.s.Now()+5*time.Second, "rejoined")
+			nb := b.self()
+			require.Equal(t, old.ID, nb.ID)
+			require.Greater(t, nb.Inc, old.Inc)
+			h.run(stop + 100*time.Millisecond)
+			h.s.SetNet(sim.NetConfig{})
+			h.runUntil(func() bool { return rAllDelivered(a, b, c) }, h.s.Now()+10*time.Second, "delivered")
+			var jd digest.Digest
+			for _, r := range rsps {
+				if r.to == nb {
+					jd = r.dig
+				}
+			}
+			require.NotZero(t, jd.Len())
+			for _, s := range []*realNode{a, c} {
+				sm := s.self()
+				e, _ := jd.Lookup(sm)
+				got := b.app.delivered[sm]
+				require.NotEmpty(t, got)
+				require.Equal(t, e.Delivered+1, got[0], "new incarnation starts right after its JoinRsp digest")
+				require.Greater(t, got[0], oldApp.state[sm].last, "nothing its earlier incarnation delivered")
+			}
+			require.Equal(t, uint64(1), a.app.delivered[nb][0], "own seqnos restart at 1")
+			require.Equal(t, b.sent(), a.app.state[nb].last)
+			require.Equal(t, oldSeq, a.app.state[old].last, "old incarnation's messages untouched")
+			h.noNotFound()
+			h.noErrors()
+		})
 	}
-	old := b.self()
-	var oldApp *fakeApp
-	var oldSeq uint64
-	h.do(start+400*time.Millisecond, b, func(now time.Duration) {
-		oldApp, oldSeq = b.app, b.p.seq
-		require.NoError(t, b.g.Leave(now))
-	})
-	h.runUntil(func() bool { return len(b.left) == 1 && converged(a, c) && quiet(a, c) }, start+5*time.Second, "left")
-	require.NoError(t, b.left[0])
-	for _, n := range []*node{a, c} {
-		require.Nil(t, n.p.wins[old], "old incarnation's window closed")
-		require.Equal(t, oldSeq, n.app.state[old].last, "every message of the leaver delivered")
-	}
-	h.join(h.s.Now()+50*time.Millisecond, b)
-	h.runUntil(func() bool { return converged(a, b, c) && quiet(a, b, c) }, h.s.Now()+5*time.Second, "rejoined")
-	nb := b.self()
-	require.Equal(t, old.ID, nb.ID)
-	require.Greater(t, nb.Inc, old.Inc)
-	h.traffic(b, h.s.Now(), start+1500*time.Millisecond, 2*time.Millisecond)
-	h.run(start + 1600*time.Millisecond)
-	h.s.SetNet(sim.NetConfig{})
-	h.runUntil(func() bool { return allDelivered(a, b, c) && drained(a, b, c) }, h.s.Now()+10*time.Second, "delivered")
-	var jd digest.Digest
-	for _, r := range *rsps {
-		if r.to == nb {
-			jd = r.dig
-		}
-	}
-	require.NotZero(t, jd.Len())
-	for _, s := range []*node{a, c} {
-		sm := s.self()
-		e, _ := jd.Lookup(sm)
-		got := b.app.delivered[sm]
-		require.NotEmpty(t, got)
-		require.Equal(t, e.Delivered+1, got[0], "new incarnation starts right after its JoinRsp digest")
-		require.Greater(t, got[0], oldApp.state[sm].last, "nothing its earlier incarnation delivered")
-	}
-	require.Equal(t, uint64(1), a.app.delivered[nb][0], "own seqnos restart at 1")
-	require.Equal(t, b.p.seq, a.app.state[nb].last)
-	require.Equal(t, oldSeq, a.app.state[old].last, "old incarnation's messages untouched")
-	h.noErrors()
 }

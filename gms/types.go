@@ -131,6 +131,10 @@ type Protocol interface {
 	// capture id is released. Captures nest: stability stays suspended at
 	// the oldest capture held.
 	CaptureDigest(now time.Duration) (id uint64, d digest.Digest)
+	// CaptureMergeDigest is CaptureDigest for a merge: stability is
+	// suspended at the captured Low values (the other partition fetches
+	// everything above them).
+	CaptureMergeDigest(now time.Duration) (id uint64, d digest.Digest)
 	// ReleaseCapture ends the capture id.
 	ReleaseCapture(id uint64, now time.Duration)
 	// InstallMergeView installs a merge view v together with its digest d
