@@ -388,3 +388,58 @@ func TestOverwriteDigestNotRetained(t *testing.T) {
 	require.Equal(t, cat(span(1, 5), []uint64{5}), c.rec(mB).seqs(mB), "own 5 re-delivered")
 	require.Equal(t, uint64(6), b.NextSeq())
 }
+
+// TestCaptureMergeDigestHoldsAtLow: while a merge capture is held, stability
+// purges nothing above the captured Low (the other partition will fetch
+// it); once released, stability moves on.
+func TestCaptureMergeDigestHoldsAtLow(t *testing.T) {
+	c := newCluster(t, nil, mA, mB)
+	c.deliver(c.send(mB, false, payloads("b", 1, 10)...), nil)
+	c.poll()
+	stable := func() {
+		for _, m := range c.order {
+			c.p(m).sendStable(c.now)
+		}
+		c.run(c.now+time.Millisecond, nil)
+	}
+	id, d := c.p(mA).CaptureMergeDigest("merge", c.now)
+	e, _ := d.Lookup(mB)
+	require.Zero(t, e.Low)
+	require.Equal(t, uint64(10), e.Delivered)
+	stable()
+	for _, m := range c.order {
+		w, _ := c.p(m).WindowState(mB)
+		require.Zero(t, w.Low, "member %v purged under a merge capture", m)
+	}
+	require.True(t, c.p(mA).ReleaseCapture(id))
+	stable()
+	for _, m := range c.order {
+		w, _ := c.p(m).WindowState(mB)
+		require.Equal(t, uint64(10), w.Low, "member %v", m)
+	}
+}
+
+// TestMergeViewBeforeCutClosed: a departed sender whose cut is still open
+// comes back in a merge view: its window is live again (the cut no longer
+// limits delivery) and what it sent meanwhile is fetched and delivered.
+func TestMergeViewBeforeCutClosed(t *testing.T) {
+	c := newCluster(t, nil, mA, mB)
+	c.deliver(c.send(mB, false, payloads("b", 1, 3)...), nil)
+	vA := View{ID: digest.ViewID{Coord: mA, Counter: 2}, Members: []digest.Member{mA}}
+	a := c.p(mA)
+	a.InstallView(vA, digest.Digest{}, c.now)
+	require.NoError(t, a.CompleteCut(mB, 3, c.now))
+	c.send(mB, false, payloads("b", 4, 6)...) // A does not get them
+	v3 := View{ID: digest.ViewID{Coord: mA, Counter: 3}, Members: []digest.Member{mA, mB}}
+	md := digest.NewMutable(v3.Members)
+	md.MergeDigest(a.Digest())
+	md.MergeDigest(c.p(mB).Digest())
+	d, err := md.Complete()
+	require.NoError(t, err)
+	a.InstallMergeView(v3, d, c.now)
+	c.p(mB).InstallMergeView(v3, d, c.now)
+	require.ErrorIs(t, a.CompleteCut(mB, 3, c.now), ErrLive)
+	c.run(c.now+time.Second, nil)
+	require.Equal(t, span(1, 6), c.rec(mA).seqs(mB))
+	require.Empty(t, c.rec(mA).lostOf(mB))
+}
