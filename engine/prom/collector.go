@@ -1,0 +1,109 @@
+// Package prom exports a nakcast member's statistics as Prometheus metrics.
+// It is a separate package so that applications that do not use Prometheus
+// do not import its client.
+//
+// The package owns only the mapping from engine.Stats to metrics; it must
+// not keep counters of its own or touch the engine's internals: every
+// scrape takes one engine.Member.Stats snapshot.
+package prom
+
+import (
+	"github.com/nakcast/nakcast/engine"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Collector is a prometheus.Collector over one member. Register it with
+// prometheus.MustRegister(prom.New(member, nil)).
+type Collector struct {
+	m       *engine.Member
+	labels  prometheus.Labels
+	metrics []metric
+	drops   *prometheus.Desc
+	window  *prometheus.Desc
+	pool    *prometheus.Desc
+}
+
+type metric struct {
+	desc  *prometheus.Desc
+	kind  prometheus.ValueType
+	value func(*engine.Stats) float64
+}
+
+// New returns a collector for m. constLabels are added to every metric (a
+// "member" label with m's id is always added).
+func New(m *engine.Member, constLabels prometheus.Labels) *Collector {
+	l := prometheus.Labels{"member": m.Self().String()}
+	for k, v := range constLabels {
+		l[k] = v
+	}
+	c := &Collector{m: m, labels: l}
+	counter := func(name, help string, f func(*engine.Stats) uint64) {
+		c.metrics = append(c.metrics, metric{
+			desc:  prometheus.NewDesc("nakcast_"+name, help, nil, l),
+			kind:  prometheus.CounterValue,
+			value: func(s *engine.Stats) float64 { return float64(f(s)) },
+		})
+	}
+	gauge := func(name, help string, f func(*engine.Stats) float64) {
+		c.metrics = append(c.metrics, metric{desc: prometheus.NewDesc("nakcast_"+name, help, nil, l), kind: prometheus.GaugeValue, value: f})
+	}
+	counter("messages_sent_total", "Messages sent (seqnos claimed).", func(s *engine.Stats) uint64 { return s.Sent })
+	counter("messages_delivered_total", "Messages delivered to the application, own included.", func(s *engine.Stats) uint64 { return s.Delivered })
+	counter("bundles_sent_total", "Data datagrams sent (bundles and fragments).", func(s *engine.Stats) uint64 { return s.Bundles })
+	counter("messages_retransmitted_total", "Messages sent as repairs.", func(s *engine.Stats) uint64 { return s.Retransmitted })
+	counter("naks_sent_total", "Retransmission requests sent.", func(s *engine.Stats) uint64 { return s.NakSent })
+	counter("naks_received_total", "Retransmission requests received.", func(s *engine.Stats) uint64 { return s.NakReceived })
+	counter("msg_not_found_sent_total", "MSG_NOT_FOUND replies sent.", func(s *engine.Stats) uint64 { return s.MsgNotFoundSent })
+	counter("msg_not_found_received_total", "MSG_NOT_FOUND replies received.", func(s *engine.Stats) uint64 { return s.MsgNotFoundReceived })
+	counter("duplicates_total", "Messages received that were already held.", func(s *engine.Stats) uint64 { return s.Duplicates })
+	counter("lost_ranges_total", "Lost ranges reported to the application.", func(s *engine.Stats) uint64 { return s.LostRanges })
+	counter("datagrams_received_total", "Datagrams read from the sockets.", func(s *engine.Stats) uint64 { return s.DatagramsIn })
+	counter("datagrams_sent_total", "Datagrams written to the sockets.", func(s *engine.Stats) uint64 { return s.DatagramsOut })
+	counter("back_pressure_total", "TrySend/TryClaim calls refused for a full ring.", func(s *engine.Stats) uint64 { return s.BackPressure })
+	counter("back_pressure_waits_total", "Send calls that waited for room.", func(s *engine.Stats) uint64 { return s.BackPressureWaits })
+	counter("window_full_total", "Times the protocol's retention window was full.", func(s *engine.Stats) uint64 { return s.ProtocolBackPressure })
+	counter("flow_control_waits_total", "Times the sender waited for InFlightBytes to become stable.", func(s *engine.Stats) uint64 { return s.FlowControlWaits })
+	counter("socket_errors_total", "Socket read/write errors.", func(s *engine.Stats) uint64 { return s.SocketErrors })
+	counter("lagging_episodes_total", "Times the application's backlog passed half the window.", func(s *engine.Stats) uint64 { return s.LaggingEpisodes })
+	gauge("backlog_messages", "Largest per-sender count of messages received but not delivered.", func(s *engine.Stats) float64 { return float64(s.Backlog) })
+	c.drops = prometheus.NewDesc("nakcast_drops_total", "Dropped datagrams or messages by reason.", []string{"reason"}, l)
+	c.window = prometheus.NewDesc("nakcast_sender_window_seqno", "Per-sender window: low (stable), delivered, received.", []string{"sender", "point"}, l)
+	c.pool = prometheus.NewDesc("nakcast_buffer_pool_outstanding_bytes", "Bytes of datagram buffers held (receive windows, retention, outbox).", nil, l)
+	return c
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, m := range c.metrics {
+		ch <- m.desc
+	}
+	ch <- c.drops
+	ch <- c.window
+	ch <- c.pool
+}
+
+// Collect implements prometheus.Collector: one Stats snapshot per scrape.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.m.Stats()
+	for _, m := range c.metrics {
+		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(&s))
+	}
+	d := s.Drops
+	for _, r := range []struct {
+		reason string
+		v      uint64
+	}{
+		{"malformed", d.Malformed}, {"not_member", d.NotMember}, {"ring_full", d.RingFull},
+		{"wrong_view", d.WrongView}, {"no_buffer", d.NoBuffer}, {"injected", d.Injected},
+		{"send_failed", d.SendFailed}, {"reassembly", d.Reassembly},
+	} {
+		ch <- prometheus.MustNewConstMetric(c.drops, prometheus.CounterValue, float64(r.v), r.reason)
+	}
+	for _, w := range s.Senders {
+		id := w.Member.String()
+		ch <- prometheus.MustNewConstMetric(c.window, prometheus.GaugeValue, float64(w.Low), id, "low")
+		ch <- prometheus.MustNewConstMetric(c.window, prometheus.GaugeValue, float64(w.Delivered), id, "delivered")
+		ch <- prometheus.MustNewConstMetric(c.window, prometheus.GaugeValue, float64(w.Received), id, "received")
+	}
+	ch <- prometheus.MustNewConstMetric(c.pool, prometheus.GaugeValue, float64(s.Pool.Outstanding))
+}
