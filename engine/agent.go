@@ -80,12 +80,14 @@ type deliverer struct {
 	h Handler
 }
 
+// Deliver passes a message to the user's handler, if any.
 func (d *deliverer) Deliver(sender digest.Member, seq uint64, payload []byte) {
 	if d.h != nil {
 		d.h.Deliver(sender, seq, payload)
 	}
 }
 
+// Lost queues an EventLost and tells the user's handler, if any.
 func (d *deliverer) Lost(sender digest.Member, from, to uint64) {
 	d.m.ctr.lostRanges.Add(1)
 	d.m.events.push(Event{Kind: EventLost, Sender: sender, From: from, To: to})

@@ -21,12 +21,14 @@ type copier struct {
 	got bool
 }
 
+// Deliver copies the message.
 func (c *copier) Deliver(sender digest.Member, seq uint64, payload []byte) {
 	c.msg = Message{Sender: sender, Seq: seq, Payload: append([]byte(nil), payload...)}
 	c.got = true
 }
 
-func (c *copier) Lost(digest.Member, uint64, uint64) {} // reported as events
+// Lost does nothing: lost ranges are reported as events.
+func (c *copier) Lost(digest.Member, uint64, uint64) {}
 
 // Receive waits for the next message in pull mode and returns a copy: the
 // convenience form of Poll for ordinary code (it allocates the payload).
