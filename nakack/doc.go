@@ -94,7 +94,9 @@
 // STABILITY; members purge only on STABILITY from their current view's
 // coordinator, and a sender that some member's digest lacks is never purged.
 // While a digest capture (CaptureDigest) is held, the member advertises the
-// captured delivered values instead of its live ones.
+// captured delivered values instead of its live ones; a merge capture
+// (CaptureMergeDigest) holds at the captured Low values instead, since the
+// other partition fetches everything above them.
 //
 // # Digests and views
 //
