@@ -118,7 +118,7 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 		Pool:           m.pool,
 		MaxDatagram:    cfg.BundleBytes,
 		SendWindow:     cfg.Window,
-		RecvWindow:     2 * cfg.Window, // receivers purge on STABILITY, which they may miss once: slack
+		RecvWindow:     2 * cfg.Window, // slack for a receiver that missed a STABILITY (purges late): fewer Full drops and repairs
 		MaxMessage:     cfg.MaxMessage,
 		NakDelay:       cfg.NakDelay,
 		NakInterval:    cfg.NakInterval,
