@@ -110,7 +110,7 @@ func (a *agent) init(m *Member) {
 	a.addrs[m.cfg.Self] = m.tr.LocalAddr()
 	a.group = m.cfg.GroupID
 	a.small = m.cfg.MaxDatagram / 8
-	a.pend = make([]pubSlot, min(256, m.cfg.RingCapacity))
+	a.pend = make([]pubSlot, min(1024, m.cfg.RingCapacity))
 	a.wq = make([]*wire.Buffer, 0, 2*bs)
 	a.wb = make([][]byte, 0, 2*bs)
 	a.wdsts = make([]netip.AddrPort, 0, 2*bs)
