@@ -41,8 +41,8 @@ func (s IdleStrategy) String() string {
 // Transport names accepted by Config.Transport.
 const (
 	TransportUDP = "udp"
-	// TransportXDP and TransportAuto are reserved for the AF_XDP backend
-	// (ebpf/); Open refuses them until it lands.
+	// TransportXDP is reserved for the AF_XDP backend (ebpf/); Open refuses
+	// it until it lands. TransportAuto picks the best available backend.
 	TransportXDP  = "xdp"
 	TransportAuto = "auto"
 )
@@ -114,8 +114,9 @@ type Config struct {
 	// AllowNonLoopback allows non-loopback interfaces and unicast addresses
 	// and TTLs up to 255: for network namespaces and hosts you control.
 	AllowNonLoopback bool
-	// Transport selects the backend: "udp" (default). "xdp" and "auto" are
-	// reserved for the AF_XDP backend.
+	// Transport selects the backend: "udp" (default), or "auto" (the best
+	// available: UDP until the AF_XDP backend lands). "xdp" is refused
+	// until then.
 	Transport string
 
 	// Self identifies this member; the zero Member picks a random ID with
@@ -278,10 +279,12 @@ func (c Config) withDefaults() (Config, error) {
 	case "":
 		c.Transport = TransportUDP
 	case TransportUDP:
-	case TransportXDP, TransportAuto:
-		return bad("Transport %q: not available yet: want %q", c.Transport, TransportUDP)
+	case TransportAuto:
+		c.Transport = TransportUDP // the only backend so far
+	case TransportXDP:
+		return bad("Transport %q: not available yet (arrives with ebpf/): want %q or %q", c.Transport, TransportUDP, TransportAuto)
 	default:
-		return bad("Transport %q: want %q (%q and %q arrive with the AF_XDP backend)", c.Transport, TransportUDP, TransportXDP, TransportAuto)
+		return bad("Transport %q: want %q or %q (%q arrives with the AF_XDP backend)", c.Transport, TransportUDP, TransportAuto, TransportXDP)
 	}
 
 	if c.Self.IsZero() {

@@ -109,6 +109,12 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+func TestConfigTransportAuto(t *testing.T) {
+	c, err := Config{Transport: TransportAuto}.withDefaults()
+	require.NoError(t, err)
+	require.Equal(t, TransportUDP, c.Transport)
+}
+
 func TestConfigNonLoopbackNeedsOptIn(t *testing.T) {
 	c := Config{Unicast: netip.MustParseAddrPort("10.1.2.3:0"), AllowNonLoopback: true}
 	require.NoError(t, c.Validate())
