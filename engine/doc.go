@@ -29,17 +29,41 @@
 //
 // # Runtime
 //
-// Publishing goroutines copy messages into a lock-free multi-producer ring
-// (ring.Publication; small payloads in a fixed arena, large ones in pooled
-// buffers: no allocation per message). One agent goroutine (Aeron's shared
-// mode) reads datagrams in batches (recvmmsg) into pooled, refcounted
-// buffers, hands them to the protocol, hands the ring's messages to the
-// protocol's bundler, flushes the open bundle as soon as the ring is empty
-// (a lone message is never held back unless Config.BundleDelay asks),
-// fires the protocol's timers at its next deadline, delivers in push mode,
-// and writes the protocol's outbox in batches (sendmmsg). The agent holds
-// the protocol lock for one iteration's protocol work, never during a
-// system call; Poll holds it for one batch of deliveries.
+// Publishing goroutines hand messages to the agent through a lock-free
+// multi-producer ring (ring.Publication) whose slots are 16 bytes (length
+// and an optional out-of-line buffer). Payloads up to Config.InlineSize
+// are copied into a byte arena of 2*RingCapacity fixed slots indexed by
+// seqno (twice the ring, so the agent can still read a polled batch while
+// producers refill the ring); larger ones into buffers from per-size free
+// lists. Nothing is allocated per message.
+//
+// One agent goroutine owns the protocol (Aeron's shared mode: sender and
+// receiver duties on one goroutine, often fastest on two cores). Each
+// iteration it reads a batch of datagrams (recvmmsg) into pooled,
+// refcounted buffers, hands each to the protocol (and, in push mode,
+// delivers between datagrams so that STABLE digests report fresh delivered
+// counts), hands the ring's messages to the protocol's bundler and flushes
+// the open bundle as soon as the ring is empty (a lone message is never
+// held back unless Config.BundleDelay asks), fires the protocol's timers
+// at its next deadline, and writes the protocol's outbox (sendmmsg) after
+// releasing the lock. Idle, it blocks in recvmmsg with a read deadline at
+// the next timer (IdleBlock; producers wake it through a parked flag and a
+// past deadline), yields (IdleYield) or spins (IdleSpin).
+//
+// The agent holds the protocol lock for one iteration's protocol work,
+// never during a system call; Poll holds it for one batch of deliveries;
+// Stats for a snapshot. Sender and receiver duties on separate goroutines
+// are not offered yet.
+//
+// # Flow control
+//
+// A sender may have at most Config.Window messages and Config.InFlightBytes
+// payload bytes that are not yet stable (delivered by every member); past
+// either, the agent holds further messages in the ring, and Send waits
+// (TrySend returns ErrBackPressure once the ring is full too). Stability
+// rounds run every StableInterval and after StableBytes received; the
+// coordinator folds its own report every millisecond (locally, no
+// datagram) so that a round ends as soon as the last member reports.
 //
 // # Pull mode without deadlock
 //
