@@ -80,3 +80,30 @@ func TestRateLimit(t *testing.T) {
 	require.GreaterOrEqual(t, el, want*9/10, "sent %d bytes in %v at a %d B/s limit", total, el, rate)
 	require.Less(t, el, 5*want, "the limit must not throttle far below the rate")
 }
+
+// TestLargeMessages sends messages up to several MiB (fragmented, each
+// fragment its own seqno) with loss injected and checks they arrive whole.
+func TestLargeMessages(t *testing.T) {
+	sizes := []int{70_000, 1 << 20, 4<<20 + 3}
+	recs := []*recorder{newRecorder(len(sizes)), newRecorder(len(sizes))}
+	ms := openGroup(t, 2, func(i int, c *Config) {
+		c.Handler = recs[i]
+		c.LossRate = 0.05
+		c.LossSeed = uint64(i + 100)
+	})
+	for i, n := range sizes {
+		require.NoError(t, ms[0].Send(context.Background(), payloadOf(0, i, n)))
+	}
+	h := expectedHash(len(sizes), func(i int) []byte { return payloadOf(0, i, sizes[i]) })
+	for i, r := range recs {
+		select {
+		case <-r.cond:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("member %d delivered %d of %d", i, r.total, len(sizes))
+		}
+		r.mu.Lock()
+		require.Empty(t, r.errs)
+		require.Equal(t, h, r.hash[ms[0].Self()], "member %d", i)
+		r.mu.Unlock()
+	}
+}
