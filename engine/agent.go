@@ -345,14 +345,22 @@ func (a *agent) receiveOne(i int, now time.Duration) {
 		m.ctr.dropInjected.Add(1)
 		return // keep the buffer in its slot for the next read
 	}
+	h, _, err := wire.DecodeHeader(b.B[:n], a.group)
+	if err != nil {
+		// Dropped before the protocol; the buffer stays in its slot.
+		if errors.Is(err, wire.ErrForeignGroup) {
+			m.ctr.dropForeignGroup.Add(1)
+		} else {
+			m.ctr.dropMalformed.Add(1)
+		}
+		return
+	}
 	a.rbufs[i] = nil
 	b.N = n
-	if h, _, err := wire.DecodeHeader(b.B[:n], a.group); err == nil {
-		if src := a.srcs[i]; src.IsValid() {
-			if old, ok := a.addrs[h.Sender]; !ok || old != src {
-				if len(a.addrs) < 4*len(m.cfg.Members)+64 {
-					a.addrs[h.Sender] = src
-				}
+	if src := a.srcs[i]; src.IsValid() {
+		if old, ok := a.addrs[h.Sender]; !ok || old != src {
+			if len(a.addrs) < 4*len(m.cfg.Members)+64 {
+				a.addrs[h.Sender] = src
 			}
 		}
 	}

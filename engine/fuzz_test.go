@@ -101,11 +101,11 @@ func FuzzReceive(f *testing.F) {
 		if len(data) > ft.m.cfg.MaxDatagram {
 			data = data[:ft.m.cfg.MaxDatagram]
 		}
-		before := ft.m.ctr.datagramsIn.Load() + ft.m.ctr.dropInjected.Load()
+		before := ft.m.ctr.datagramsIn.Load()
 		_, err = ft.conn.Write(data)
 		require.NoError(t, err)
 		deadline := time.Now().Add(5 * time.Second)
-		for ft.m.ctr.datagramsIn.Load()+ft.m.ctr.dropInjected.Load() == before {
+		for ft.m.ctr.datagramsIn.Load() == before {
 			require.True(t, time.Now().Before(deadline), "the agent stopped reading")
 			runtime.Gosched()
 		}
@@ -129,4 +129,13 @@ func TestReceiveCountsMalformed(t *testing.T) {
 		runtime.Gosched()
 	}
 	require.Equal(t, before.Delivered, ft.m.Stats().Delivered)
+
+	foreign := append([]byte(nil), fuzzSeeds(t)[0]...)
+	foreign[4] ^= 0xff // another group id
+	_, err = ft.conn.Write(foreign)
+	require.NoError(t, err)
+	for ft.m.Stats().Drops.ForeignGroup == before.Drops.ForeignGroup {
+		require.True(t, time.Now().Before(deadline), "foreign group not counted: %+v", ft.m.Stats().Drops)
+		runtime.Gosched()
+	}
 }

@@ -24,6 +24,8 @@ type counters struct {
 	receiveErrors        atomic.Uint64
 	sendErrors           atomic.Uint64
 	dropInjected         atomic.Uint64
+	dropMalformed        atomic.Uint64
+	dropForeignGroup     atomic.Uint64
 	dropNoBuffer         atomic.Uint64
 	dropSendFailed       atomic.Uint64
 	unicastViaGroup      atomic.Uint64
@@ -34,9 +36,11 @@ type counters struct {
 
 // Drops counts dropped datagrams (or messages, where noted) by reason.
 type Drops struct {
-	// Malformed: undecodable datagrams, foreign group or version included
-	// (the protocol does not tell them apart yet).
+	// Malformed: undecodable datagrams (truncated, unknown version or
+	// type, inconsistent fields).
 	Malformed uint64
+	// ForeignGroup: datagrams of another group (group id) on our port.
+	ForeignGroup uint64
 	// NotMember: datagrams from senders outside the view.
 	NotMember uint64
 	// RingFull: messages beyond a receive window's capacity.
@@ -136,15 +140,16 @@ func (m *Member) Stats() Stats {
 		Backlog:              m.ctr.backlog.Load(),
 		LaggingEpisodes:      m.ctr.laggingEpisodes.Load(),
 		Drops: Drops{
-			Malformed:  ps.Drops.Malformed,
-			NotMember:  ps.Drops.NotMember,
-			RingFull:   ps.Drops.Full,
-			WrongView:  ps.Drops.WrongView,
-			NoBuffer:   ps.Drops.NoBuffer + m.ctr.dropNoBuffer.Load(),
-			Injected:   m.ctr.dropInjected.Load(),
-			SendFailed: m.ctr.dropSendFailed.Load(),
-			Reassembly: ps.Drops.Reassembly,
-			Self:       ps.Drops.Self,
+			Malformed:    ps.Drops.Malformed + m.ctr.dropMalformed.Load(),
+			ForeignGroup: m.ctr.dropForeignGroup.Load(),
+			NotMember:    ps.Drops.NotMember,
+			RingFull:     ps.Drops.Full,
+			WrongView:    ps.Drops.WrongView,
+			NoBuffer:     ps.Drops.NoBuffer + m.ctr.dropNoBuffer.Load(),
+			Injected:     m.ctr.dropInjected.Load(),
+			SendFailed:   m.ctr.dropSendFailed.Load(),
+			Reassembly:   ps.Drops.Reassembly,
+			Self:         ps.Drops.Self,
 		},
 		Protocol:  ps,
 		Pool:      m.pool.Stats(),

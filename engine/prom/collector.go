@@ -93,7 +93,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		reason string
 		v      uint64
 	}{
-		{"malformed", d.Malformed}, {"not_member", d.NotMember}, {"ring_full", d.RingFull},
+		{"malformed", d.Malformed}, {"foreign_group", d.ForeignGroup}, {"not_member", d.NotMember}, {"ring_full", d.RingFull},
 		{"wrong_view", d.WrongView}, {"no_buffer", d.NoBuffer}, {"injected", d.Injected},
 		{"send_failed", d.SendFailed}, {"reassembly", d.Reassembly},
 	} {
