@@ -41,11 +41,13 @@ func TestExactDelivery(t *testing.T) {
 		idle    IdleStrategy
 		big     bool
 		window  int
+		unicast bool
 	}{
-		{"2 members lossless", 2, 2, 0, IdleBlock, false, 0},
-		{"3 members 5% loss", 3, 3, 0.05, IdleBlock, true, 0},
-		{"5 members 2 senders 5% loss small window", 5, 2, 0.05, IdleBlock, false, 1024},
-		{"3 members 5% loss yield", 3, 1, 0.05, IdleYield, true, 0},
+		{"2 members lossless", 2, 2, 0, IdleBlock, false, 0, false},
+		{"3 members 5% loss", 3, 3, 0.05, IdleBlock, true, 0, false},
+		{"5 members 2 senders 5% loss small window", 5, 2, 0.05, IdleBlock, false, 1024, false},
+		{"3 members 5% loss yield", 3, 1, 0.05, IdleYield, true, 0, false},
+		{"4 members 5% loss unicast NAKs", 4, 2, 0.05, IdleBlock, false, 0, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,6 +63,7 @@ func TestExactDelivery(t *testing.T) {
 				c.LossSeed = uint64(i + 1)
 				c.Idle = tc.idle
 				c.Window = tc.window
+				c.UnicastNaks = tc.unicast
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()

@@ -162,6 +162,10 @@ type Config struct {
 	NakInterval time.Duration
 	// NakMaxInterval caps the backoff (default 500ms).
 	NakMaxInterval time.Duration
+	// UnicastNaks sends retransmission requests to the original sender
+	// by unicast instead of multicasting them (no suppression: for small
+	// groups). Repairs are multicast either way.
+	UnicastNaks bool
 	// StableInterval is how often members send their delivered digest to
 	// the coordinator (default 10ms: stability is the senders' flow-control
 	// credit, so a long interval stalls a sender whose Window is full).

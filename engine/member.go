@@ -123,6 +123,7 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 		NakDelay:       cfg.NakDelay,
 		NakInterval:    cfg.NakInterval,
 		NakMaxInterval: cfg.NakMaxInterval,
+		UnicastNaks:    cfg.UnicastNaks,
 		StableInterval: stableIval,
 		StableBytes:    int64(cfg.StableBytes),
 		Seed:           cfg.LossSeed ^ cfg.Self.ID,
