@@ -23,13 +23,18 @@ func BenchmarkEngineLoopback(b *testing.B) {
 	for _, size := range []int{64, 1024} {
 		for _, idle := range []IdleStrategy{IdleBlock, IdleYield} {
 			b.Run(fmt.Sprintf("%dB/%v", size, idle), func(b *testing.B) {
-				benchLoopback(b, size, idle)
+				benchLoopback(b, size, idle, 0)
 			})
 		}
+		b.Run(fmt.Sprintf("%dB/block/loss5%%", size), func(b *testing.B) {
+			benchLoopback(b, size, IdleBlock, 0.05)
+		})
 	}
 }
 
-func benchLoopback(b *testing.B, size int, idle IdleStrategy) {
+// benchLoopback runs one configuration; loss is injected at the receiver
+// only.
+func benchLoopback(b *testing.B, size int, idle IdleStrategy, loss float64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	raw, err := bench.RunRaw(ctx, bench.RawConfig{Group: testGroup(), MsgSize: size, Count: int64(b.N), Batch: 64})
@@ -40,6 +45,9 @@ func benchLoopback(b *testing.B, size int, idle IdleStrategy) {
 	ms := openGroup(b, 2, func(i int, c *Config) {
 		c.Handler = cs[i]
 		c.Idle = idle
+		if i == 1 {
+			c.LossRate = loss
+		}
 	})
 	payload := make([]byte, size)
 	b.SetBytes(int64(size))
