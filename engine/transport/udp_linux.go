@@ -588,7 +588,7 @@ func (u *UDP) WriteBatch(bufs [][]byte, dsts []netip.AddrPort) (int, error) {
 func (u *UDP) send(fd uintptr) bool {
 	w := &u.wr
 	for w.off < w.cnt {
-		n, _, e := unix.RawSyscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.off])), uintptr(w.cnt-w.off), unix.MSG_DONTWAIT, 0, 0)
+		n, _, e := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&w.hdrs[w.off])), uintptr(w.cnt-w.off), unix.MSG_DONTWAIT, 0, 0)
 		switch e {
 		case 0:
 			w.off += int(n)
