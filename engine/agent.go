@@ -51,6 +51,7 @@ type agent struct {
 	unflushed   bool
 	closeSeen   bool          // an iteration has observed Close
 	lagCheckAt  time.Duration // next backlog measurement
+	lastTraffic time.Duration // last iteration that received, sent or delivered
 	lagging     bool          // an EventLagging episode is open
 	protoFull   bool          // the protocol refused the last Send (retention window full)
 	lingerUntil time.Duration // drained: exit at this time
@@ -283,10 +284,10 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	// 2. Send: the ring's committed messages, then flush when idle.
 	work += a.drainSend(now)
 
-	// 3. Timers.
+	// 3. Timers (not counted as work: a timer alone does not warrant the
+	// yield burst before blocking).
 	if p.NextDeadline() <= now {
 		p.Tick(now)
-		work++
 	}
 
 	// 4. Delivery.
@@ -313,6 +314,14 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 		a.checkLag(now)
 	}
 	deadline = min(p.NextDeadline(), a.lagCheckAt)
+	if work > 0 {
+		a.lastTraffic = now
+	} else if now-a.lastTraffic > idleAfter {
+		// Idle group: wake at most every idleTick. Only periodic timers
+		// run now (the coordinator's 1ms STABLE fold, STABLE, HIGHEST);
+		// NAK timers need traffic, which ends the idle state.
+		deadline = max(deadline, now+min(m.cfg.StableInterval, idleTick))
+	}
 	if a.unflushed && m.cfg.BundleDelay > 0 {
 		deadline = min(deadline, a.bundleAt+m.cfg.BundleDelay)
 	}
@@ -506,6 +515,13 @@ func (a *agent) write() {
 	}
 	a.wq, a.wb, a.wdsts = a.wq[:0], a.wb[:0], a.wdsts[:0]
 }
+
+// idleAfter is how long without traffic makes the agent idle, and
+// idleTick how often an idle agent wakes for periodic protocol timers.
+const (
+	idleAfter = 50 * time.Millisecond
+	idleTick  = 10 * time.Millisecond
+)
 
 // lagCheckInterval is how often the agent measures the delivery backlog.
 const lagCheckInterval = 100 * time.Millisecond
