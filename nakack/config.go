@@ -52,8 +52,10 @@ type Config struct {
 	// Send back-pressures when this many are unpurged. Default 4096.
 	SendWindow int
 	// RecvWindow is the capacity of each per-sender receive window (power of
-	// two, >= SendWindow so a sender never runs further ahead than a window
-	// holds). Default SendWindow.
+	// two, >= SendWindow so a sender runs at most one window ahead of a
+	// member that purges late; what arrives beyond it is dropped and
+	// requested after the purge: see the package doc, "Windows, capacity
+	// and late stability"). Default SendWindow.
 	RecvWindow int
 	// MaxMessage is the largest message Send accepts (fragmented above one
 	// bundle). Default 1 MiB or what a quarter of SendWindow holds in

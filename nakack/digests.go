@@ -247,7 +247,7 @@ func (p *Protocol) mergeEntry(e digest.Entry, now time.Duration) {
 		return
 	}
 	if e.Low > max(s.delivered(), s.floor) {
-		s.window().MarkLost(s.delivered()+1, e.Low)
+		p.markLost(s, e.Low)
 		s.floor = e.Low
 		s.advance()
 		if s.contig > s.delivered() {
@@ -385,7 +385,7 @@ func (p *Protocol) OverwriteDigest(d digest.Digest, now time.Duration) error {
 		if s.contig > s.delivered() {
 			p.markReady(s)
 		}
-		p.checkGaps(s, now)
+		p.roomMade(s, now) // a skip may have raised low
 	}
 	p.history.Add(now, "overwrite digest", d)
 	p.drainPending(now)
@@ -477,6 +477,9 @@ func (p *Protocol) ForcePurge(m digest.Member, upto uint64) (int, error) {
 	}
 	n := s.win.Purge(upto, p.release)
 	p.stats.Purged += uint64(n)
+	if n > 0 {
+		p.roomMade(s, p.clock)
+	}
 	return n, nil
 }
 

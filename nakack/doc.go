@@ -77,6 +77,33 @@
 // member's request covering its oldest or its first new gap backs off as if
 // it had sent it (suppression); the arrival of the data cancels the request.
 //
+// # Windows, capacity and late stability
+//
+// A receive window holds seqnos in (low, low+RecvWindow] and its low moves
+// only when this member purges, on STABILITY. design.md sizes RecvWindow >=
+// SendWindow (the default is equal) so that a sender never runs further
+// ahead than a window can hold, but that is only true eventually: a sender
+// purges (and sends its next window) on the same STABILITY, and a member
+// that gets it late, or loses it and purges on the next round's, still
+// holds the previous window. What arrives beyond low+RecvWindow then is
+// dropped (Stats.Drops.Full) but its highest seqno is remembered, and the
+// window's gaps are requested only up to low+RecvWindow. Every purge that
+// raises a window's low (STABILITY, ForcePurge, a skip by OverwriteDigest)
+// re-checks its gaps, so what was dropped is requested one reorder delay
+// after the purge; until then the NAK timer stays armed as a safety net and
+// looks again with backoff up to NakMaxInterval. A HIGHEST that announces
+// nothing new also re-arms a window with a known gap and no timer. A larger
+// RecvWindow (the engine uses 2x) only makes Full drops and their repairs
+// rarer. Lost ranges obey the same limit: a MSG_NOT_FOUND or merge digest
+// whose Low lies beyond low+RecvWindow marks what fits at once and the rest
+// as purges make room, so the range is reported in window-sized pieces,
+// each seqno exactly once and in order. Known limit: a departed sender's
+// window is no longer purged by STABILITY (it is closed after its cut), so
+// a survivor that purged that sender late cannot fetch, nor mark lost
+// (DeclareLost), seqnos of the cut beyond its low+RecvWindow; a larger
+// RecvWindow than SendWindow makes that case need more than one missed
+// STABILITY.
+//
 // MSG_NOT_FOUND from the original sender for the current view marks what the
 // sender purged (the seqnos above our delivered, at or below its low, that we
 // do not hold) as lost; Poll delivers in order every held message and reports

@@ -21,11 +21,15 @@ func (p *Protocol) nakRound(s *sender, now time.Duration) {
 			p.disarm(s)
 			return
 		}
-		// Gaps exist but none is requestable now (beyond the window's
-		// capacity until a purge makes room): look again later.
+		// Gaps exist but none is requestable now: they lie beyond the
+		// window's capacity (low+cap) until a purge makes room. Every purge
+		// that raises low re-checks the gaps (roomMade), so this is only a
+		// safety net: stay armed and look again after a backoff that grows
+		// to NakMaxInterval, never leaving the timer without a deadline.
 		s.newAt = NoDeadline
-		if s.oldAt <= now {
-			s.oldAt = now + p.nextBackoff(s.backoff)
+		if s.oldAt <= now || s.oldAt == NoDeadline {
+			s.backoff = p.nextBackoff(s.backoff)
+			s.oldAt = now + s.backoff
 		}
 		s.nakAt = s.oldAt
 		return

@@ -60,8 +60,12 @@ type sender struct {
 	highest uint64 // highest seqno known to exist
 	contig  uint64 // every seqno in (delivered, contig] is held or lost
 	floor   uint64 // never request at or below (the sender's reported low)
-	cut     uint64 // departed: deliver and fetch only up to cut
-	hasCut  bool
+	// lostTo: every seqno at or below it that is not held is lost (a
+	// MSG_NOT_FOUND's or merge digest's Low). MarkLost stops at the
+	// window's capacity; roomMade marks the rest as purges make room.
+	lostTo uint64
+	cut    uint64 // departed: deliver and fetch only up to cut
+	hasCut bool
 
 	// NAK timer: one per window, two deadlines. Gaps at or below reqTo
 	// (already requested, by us or by another member whose request
@@ -248,6 +252,9 @@ type Protocol struct {
 	release func(msg)
 
 	stats Stats
+	// clock is the latest now seen by Receive or Tick, for the entry points
+	// that take none (ForcePurge).
+	clock time.Duration
 }
 
 // New returns a Protocol for cfg (validated; zero fields take defaults).
@@ -424,6 +431,37 @@ func (p *Protocol) disarm(s *sender) {
 	s.armIdx = -1
 }
 
+// markLost marks as lost what s lacks in (delivered, to] (to: a holder's
+// low, so nothing there can come), as far as the window's capacity allows;
+// the rest is remembered in lostTo and marked by roomMade after purges.
+// It returns how many seqnos were newly marked.
+func (p *Protocol) markLost(s *sender, to uint64) int {
+	s.lostTo = max(s.lostTo, to)
+	w := s.window()
+	n := w.MarkLost(w.Delivered()+1, to)
+	if n > 0 {
+		s.advance()
+		if s.contig > s.delivered() {
+			p.markReady(s)
+		}
+	}
+	return n
+}
+
+// roomMade runs after s's window low rose (a purge, a skip): what lay
+// beyond the window's capacity may fit now. Pending lost marks are applied
+// and the gaps re-checked, so seqnos dropped as Full (the sender ran ahead
+// of a member that purged late) are requested now rather than never.
+func (p *Protocol) roomMade(s *sender, now time.Duration) {
+	if s.own || s.win == nil {
+		return
+	}
+	if s.lostTo > s.win.Received() {
+		p.markLost(s, s.lostTo)
+	}
+	p.checkGaps(s, now)
+}
+
 // checkGaps (re)computes s's NAK deadlines after its state changed.
 func (p *Protocol) checkGaps(s *sender, now time.Duration) {
 	if !s.hasGaps() {
@@ -473,6 +511,7 @@ func (p *Protocol) nextBackoff(b time.Duration) time.Duration {
 // Tick fires every timer due at now: NAK rounds, STABLE, the idle Highest
 // announcement.
 func (p *Protocol) Tick(now time.Duration) {
+	p.clock = max(p.clock, now)
 	for i := 0; i < len(p.armed); {
 		s := p.armed[i]
 		if s.nakAt > now {

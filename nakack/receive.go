@@ -16,6 +16,7 @@ import (
 // datagrams of types nakack does not own (heartbeat, membership, state
 // transfer) are ignored.
 func (p *Protocol) Receive(buf *wire.Buffer, now time.Duration) error {
+	p.clock = max(p.clock, now)
 	h, body, err := wire.DecodeHeader(buf.Bytes(), p.cfg.Group)
 	if err != nil {
 		p.stats.Drops.Malformed++
@@ -37,7 +38,7 @@ func (p *Protocol) Receive(buf *wire.Buffer, now time.Duration) error {
 	case wire.TypeStable:
 		return p.onStable(h, body, now)
 	case wire.TypeStability:
-		return p.onStability(h, body)
+		return p.onStability(h, body, now)
 	case wire.TypeHighest:
 		return p.onHighest(h, body, now)
 	}
@@ -219,6 +220,8 @@ func (p *Protocol) onHighest(h wire.Header, body []byte, now time.Duration) erro
 	if m.Highest > s.highest {
 		s.highest = m.Highest
 		p.checkGaps(s, now)
+	} else if !s.armed && s.hasGaps() {
+		p.checkGaps(s, now) // safety net: a known gap without a timer
 	}
 	return nil
 }
@@ -246,8 +249,11 @@ func (p *Protocol) onMsgNotFound(h wire.Header, body []byte, now time.Duration) 
 		p.stats.MsgNotFoundIgnored++
 		return nil
 	}
+	// What lies beyond the window's capacity cannot be held either: it is
+	// marked once purges make room (roomMade), so it counts as moving.
 	w := s.window()
-	if w.MarkLost(hd+1, low) == 0 {
+	beyond := low > w.Low()+uint64(s.cap)
+	if p.markLost(s, low) == 0 && !beyond {
 		p.stats.MsgNotFoundIgnored++
 		return nil
 	}

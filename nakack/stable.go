@@ -202,10 +202,10 @@ func (p *Protocol) emitStability(now time.Duration) {
 			p.stats.StabilitySent++
 		}
 	}
-	applyStability(p, wire.EntrySlice(es))
+	applyStability(p, wire.EntrySlice(es), now)
 }
 
-func (p *Protocol) onStability(h wire.Header, body []byte) error {
+func (p *Protocol) onStability(h wire.Header, body []byte, now time.Duration) error {
 	st, err := wire.DecodeStability(h, body)
 	if err != nil {
 		p.stats.Drops.Malformed++
@@ -216,18 +216,23 @@ func (p *Protocol) onStability(h wire.Header, body []byte) error {
 		return nil
 	}
 	p.stats.StabilityReceived++
-	applyStability(p, st.Digest)
+	applyStability(p, st.Digest, now)
 	return nil
 }
 
-// applyStability purges every live sender's window up to its stable seqno.
-func applyStability[E wire.Entries](p *Protocol, d E) {
+// applyStability purges every live sender's window up to its stable seqno
+// and, where low rose, re-checks what the purge made room for (roomMade).
+func applyStability[E wire.Entries](p *Protocol, d E, now time.Duration) {
 	for i := 0; i < d.Len(); i++ {
 		e := d.At(i)
 		s := p.senders[e.Member]
 		if s == nil || s.win == nil || s.state != live {
 			continue
 		}
+		low := s.win.Low()
 		p.stats.Purged += uint64(s.win.Purge(e.Delivered, p.release))
+		if s.win.Low() > low {
+			p.roomMade(s, now)
+		}
 	}
 }

@@ -20,14 +20,13 @@ import (
 var (
 	flagSeed  = flag.Int64("sim.seed", -1, "run only this randomised simulator seed (replay)")
 	flagSeeds = flag.Int("sim.seeds", envInt("NAKCAST_SIM_SEEDS", 0), "number of randomised simulator seeds (0: 500, or 50 under -race)")
-	// flagTightWindows runs the small-send-window scenarios with nakack's
-	// default RecvWindow == SendWindow. Known to fail (e.g. -sim.seed=28): a
-	// receiver whose STABILITY is late drops the sender's next window as
-	// Full, its NAK round finds nothing requestable below low+capacity and
-	// disarms, and neither the later purge nor a repeated HIGHEST re-arms
-	// it, so the sender stays back-pressured for ever. Off until nakack
-	// re-checks gaps after a purge.
-	flagTightWindows = flag.Bool("sim.tightwindows", false, "small-window scenarios with RecvWindow == SendWindow (nakack's default) instead of 4x")
+	// flagLooseWindows runs the small-send-window scenarios with receive
+	// windows 4x the send window instead of nakack's default RecvWindow ==
+	// SendWindow. Tight windows are the default since nakack re-checks gaps
+	// after every purge (a receiver whose STABILITY is late drops the
+	// sender's next window as Full and asks for it once it has purged);
+	// loose windows exercise the path where Full drops are rare.
+	flagLooseWindows = flag.Bool("sim.loosewindows", false, "small-window scenarios with RecvWindow = 4x SendWindow instead of nakack's default RecvWindow == SendWindow")
 	flagScale        = flag.Int("sim.scale", envInt("NAKCAST_SIM_SCALE", 0), "receivers in the scale simulation (0: 200, or 50 under -race)")
 )
 

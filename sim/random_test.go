@@ -94,7 +94,7 @@ func runScenario(sc scenario) (*Group, error) {
 	g, err := NewGroup(GroupConfig{Seed: sc.seed, Members: sc.members, Net: sc.net,
 		Configure: func(i int, cfg *nakack.Config) {
 			cfg.SendWindow = sc.sendWindow
-			if sc.sendWindow > 0 && !*flagTightWindows {
+			if sc.sendWindow > 0 && *flagLooseWindows {
 				cfg.RecvWindow = 4 * sc.sendWindow
 			}
 			cfg.UnicastNaks = sc.unicastNaks
@@ -121,8 +121,8 @@ func runScenario(sc scenario) (*Group, error) {
 // replayCommand is the command that replays seed alone.
 func replayCommand(seed uint64) string {
 	c := fmt.Sprintf("go test ./sim/ -run TestRandomised -sim.seed=%d -v", seed)
-	if *flagTightWindows {
-		c += " -sim.tightwindows"
+	if *flagLooseWindows {
+		c += " -sim.loosewindows"
 	}
 	return c
 }
