@@ -1,17 +1,77 @@
-package engine
+package engine_test
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
 	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nakcast/nakcast/bench"
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/engine"
 )
+
+// The benchmarks live in the external test package: bench/ imports engine
+// (its member harness), so package engine's own tests cannot import bench.
+
+// benchGroup returns a fresh loopback group (239.76.x.y, random port).
+func benchGroup() netip.AddrPort {
+	a := netip.AddrFrom4([4]byte{239, 76, byte(rand.IntN(256)), byte(1 + rand.IntN(254))})
+	return netip.AddrPortFrom(a, uint16(20000+rand.IntN(40000)))
+}
+
+// benchIDs returns n fresh member identities.
+func benchIDs(n int) []digest.Member {
+	base := rand.Uint64() &^ 0xff
+	ids := make([]digest.Member, n)
+	for i := range ids {
+		ids[i] = digest.Member{ID: base + uint64(i+1), Inc: 1}
+	}
+	return ids
+}
+
+// openBench opens the members ids of one static group; mod adjusts each
+// config. They are closed when the benchmark ends.
+func openBench(b *testing.B, ids []digest.Member, mod func(i int, c *engine.Config)) []*engine.Member {
+	g := benchGroup()
+	n := len(ids)
+	ms := make([]*engine.Member, n)
+	for i := range ms {
+		c := engine.Config{Group: g, Self: ids[i], Members: ids, Logger: slog.New(slog.DiscardHandler)}
+		if mod != nil {
+			mod(i, &c)
+		}
+		m, err := engine.Open(context.Background(), c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ms[i] = m
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, m := range ms {
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = m.Close(ctx) }()
+		}
+		wg.Wait()
+	})
+	return ms
+}
+
+// counter is a Handler that only counts.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) Deliver(digest.Member, uint64, []byte) { c.n.Add(1) }
+func (c *counter) Lost(digest.Member, uint64, uint64)    {}
 
 // BenchmarkEngineLoopback measures one sender member to one receiver
 // member on loopback with 64 KB datagrams, for 64 B and 1 KiB messages:
@@ -21,28 +81,28 @@ import (
 // parse, no protocol) over the same count, and reports engine/raw.
 func BenchmarkEngineLoopback(b *testing.B) {
 	for _, size := range []int{64, 1024} {
-		for _, idle := range []IdleStrategy{IdleBlock, IdleYield} {
+		for _, idle := range []engine.IdleStrategy{engine.IdleBlock, engine.IdleYield} {
 			b.Run(fmt.Sprintf("%dB/%v", size, idle), func(b *testing.B) {
 				benchLoopback(b, size, idle, 0)
 			})
 		}
 		b.Run(fmt.Sprintf("%dB/block/loss5%%", size), func(b *testing.B) {
-			benchLoopback(b, size, IdleBlock, 0.05)
+			benchLoopback(b, size, engine.IdleBlock, 0.05)
 		})
 	}
 }
 
 // benchLoopback runs one configuration; loss is injected at the receiver
 // only.
-func benchLoopback(b *testing.B, size int, idle IdleStrategy, loss float64) {
+func benchLoopback(b *testing.B, size int, idle engine.IdleStrategy, loss float64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	raw, err := bench.RunRaw(ctx, bench.RawConfig{Group: testGroup(), MsgSize: size, Count: int64(b.N), Batch: 64})
+	raw, err := bench.RunRaw(ctx, bench.RawConfig{Group: benchGroup(), MsgSize: size, Count: int64(b.N), Batch: 64})
 	if err != nil {
 		b.Fatal(err)
 	}
 	cs := []*counter{{}, {}}
-	ms := openGroup(b, 2, func(i int, c *Config) {
+	ms := openBench(b, benchIDs(2), func(i int, c *engine.Config) {
 		c.Handler = cs[i]
 		c.Idle = idle
 		if i == 1 {
@@ -102,7 +162,7 @@ func (p *pinger) Lost(digest.Member, uint64, uint64) {}
 // sent with TrySend from inside the handler (allowed: it never blocks).
 type ponger struct {
 	peer digest.Member
-	m    atomic.Pointer[Member]
+	m    atomic.Pointer[engine.Member]
 	buf  []byte
 }
 
@@ -120,20 +180,20 @@ func (p *ponger) Lost(digest.Member, uint64, uint64) {}
 // with the matching idle strategy (spin: BusyPoll), reporting p50 and p99
 // and their ratios.
 func BenchmarkEnginePingPong(b *testing.B) {
-	for _, idle := range []IdleStrategy{IdleBlock, IdleYield, IdleSpin} {
+	for _, idle := range []engine.IdleStrategy{engine.IdleBlock, engine.IdleYield, engine.IdleSpin} {
 		b.Run(idle.String(), func(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			raw, err := bench.RunRawPingPong(ctx, bench.PingPongConfig{Group: testGroup(), Count: max(b.N, 100), Multicast: true, BusyPoll: idle == IdleSpin})
+			raw, err := bench.RunRawPingPong(ctx, bench.PingPongConfig{Group: benchGroup(), Count: max(b.N, 100), Multicast: true, BusyPoll: idle == engine.IdleSpin})
 			if err != nil {
 				b.Fatal(err)
 			}
-			ids := testMembers(2)
+			ids := benchIDs(2)
 			pi := &pinger{peer: ids[1]}
 			po := &ponger{peer: ids[0], buf: make([]byte, 64)}
-			ms := openGroup(b, 2, func(i int, c *Config) {
-				c.Self, c.Members, c.Idle = ids[i], ids, idle
-				c.Handler = []Handler{pi, po}[i]
+			ms := openBench(b, ids, func(i int, c *engine.Config) {
+				c.Idle = idle
+				c.Handler = []engine.Handler{pi, po}[i]
 			})
 			po.m.Store(ms[1])
 			ping := make([]byte, 64)
