@@ -2,7 +2,14 @@ package bench
 
 import (
 	"context"
+	"flag"
 	"testing"
+)
+
+// Flags for exploring the raw bundler's settings with go test -bench.
+var (
+	rawBatch = flag.Int("raw.batch", 0, "datagrams per sendmmsg/recvmmsg in BenchmarkRawBundler (0: RawConfig default)")
+	rawBusy  = flag.Bool("raw.busypoll", false, "BenchmarkRawBundler receivers spin on TryReadBatch")
 )
 
 // BenchmarkRawBundler is the raw baseline: b.N messages of the given size
@@ -12,7 +19,7 @@ func BenchmarkRawBundler(b *testing.B) {
 	for _, size := range []int{64, 1024} {
 		b.Run(byteSize(size), func(b *testing.B) {
 			b.ReportAllocs()
-			res, err := RunRaw(context.Background(), RawConfig{Group: testGroup(40), MsgSize: size, Count: int64(b.N)})
+			res, err := RunRaw(context.Background(), RawConfig{Group: testGroup(40), MsgSize: size, Count: int64(b.N), Batch: *rawBatch, BusyPoll: *rawBusy})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -62,6 +62,9 @@ type RawConfig struct {
 	// Drain is how long receivers may go without a datagram, once the
 	// sender has finished, before the run ends (default 200 ms).
 	Drain time.Duration
+	// BusyPoll makes the receivers spin on TryReadBatch instead of
+	// blocking in ReadBatch (each keeps a core busy).
+	BusyPoll bool
 }
 
 // RawResult is what RunRaw measured. Receiver figures are the worst
@@ -92,6 +95,9 @@ type RawResult struct {
 	// Checksum is the sum over received messages of their first bytes, a
 	// guard that the parse really reads them.
 	Checksum uint64
+	// RecvBuffer is the receivers' SO_RCVBUF as the kernel reports it
+	// (twice the size set, on Linux).
+	RecvBuffer int
 }
 
 func (c RawConfig) withDefaults() (RawConfig, error) {
@@ -241,6 +247,7 @@ func RunRaw(ctx context.Context, cfg RawConfig) (RawResult, error) {
 		MsgsPerDatagram: msgsPerDatagram(cfg.DatagramSize, cfg.MsgSize),
 		SendElapsed:     sendElapsed,
 		Msgs:            -1,
+		RecvBuffer:      recvs[0].t.Info().GroupRecvBuffer,
 	}
 	if sendElapsed > 0 {
 		res.SendMsgsPerSec = float64(sent.msgs) / sendElapsed.Seconds()
@@ -386,7 +393,16 @@ func (r *rawReceiver) run(cfg RawConfig, start time.Time) {
 	sizes := make([]int, cfg.Batch)
 	var msgs, bytes, datagrams, malformed int64
 	for {
-		n, err := r.t.ReadBatch(bufs, sizes, nil)
+		var n int
+		var err error
+		if cfg.BusyPoll {
+			n, err = r.t.TryReadBatch(bufs, sizes, nil)
+			if n == 0 && err == nil {
+				continue
+			}
+		} else {
+			n, err = r.t.ReadBatch(bufs, sizes, nil)
+		}
 		if err != nil {
 			if !errors.Is(err, transport.ErrClosed) {
 				r.err = err
