@@ -1,0 +1,151 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/engine"
+)
+
+// EnginePingPongConfig configures RunEnginePingPong. Zero fields take the
+// defaults named.
+type EnginePingPongConfig struct {
+	// Group (default RandomGroup()) and Interface (default "lo").
+	Group     netip.AddrPort
+	Interface string
+	// MsgSize of ping and pong (default 64), Count round trips measured
+	// (default 10000) after Warmup (default Count/10).
+	MsgSize, Count, Warmup int
+	// Idle is both members' idle strategy (default engine.IdleBlock).
+	Idle engine.IdleStrategy
+	// Timeout bounds the run (default 60 s).
+	Timeout time.Duration
+}
+
+// PingPongLatency is a round-trip distribution.
+type PingPongLatency struct {
+	Count int64 `json:"count"`
+	// RTT is the round-trip time distribution.
+	RTT Latency `json:"rtt"`
+}
+
+// pingHandler notes the highest pong seqno from its peer.
+type pingHandler struct {
+	peer digest.Member
+	got  atomic.Uint64
+}
+
+func (p *pingHandler) Deliver(s digest.Member, seq uint64, _ []byte) {
+	if s == p.peer {
+		p.got.Store(seq)
+	}
+}
+func (p *pingHandler) Lost(digest.Member, uint64, uint64) {}
+
+// pongHandler answers every message of its peer with TrySend from the
+// delivery callback (which never blocks).
+type pongHandler struct {
+	peer digest.Member
+	m    atomic.Pointer[engine.Member]
+	buf  []byte
+}
+
+func (p *pongHandler) Deliver(s digest.Member, _ uint64, _ []byte) {
+	if s == p.peer {
+		for p.m.Load().TrySend(p.buf) != nil {
+		}
+	}
+}
+func (p *pongHandler) Lost(digest.Member, uint64, uint64) {}
+
+// RunEnginePingPong measures the round trip of messages between two engine
+// members in this process (multicast both ways, push delivery, the shared
+// agent of each with cfg.Idle): member A sends a ping, member B's handler
+// answers with a pong, A times send to delivery of the pong.
+func RunEnginePingPong(ctx context.Context, cfg EnginePingPongConfig) (PingPongLatency, error) {
+	if !cfg.Group.IsValid() {
+		cfg.Group = RandomGroup()
+	}
+	if cfg.MsgSize == 0 {
+		cfg.MsgSize = 64
+	}
+	if cfg.Count == 0 {
+		cfg.Count = 10000
+	}
+	if cfg.Warmup == 0 {
+		cfg.Warmup = cfg.Count / 10
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = time.Minute
+	}
+	if cfg.MsgSize < 1 || cfg.Count < 1 || cfg.Warmup < 0 {
+		return PingPongLatency{}, fmt.Errorf("bench: EnginePingPongConfig: MsgSize %d, Count %d, Warmup %d: want positive sizes and counts", cfg.MsgSize, cfg.Count, cfg.Warmup)
+	}
+	runID := RandomRunID()
+	ids := []digest.Member{MemberID(runID, 0), MemberID(runID, 1)}
+	pi := &pingHandler{peer: ids[1]}
+	po := &pongHandler{peer: ids[0], buf: make([]byte, cfg.MsgSize)}
+	var ms [2]*engine.Member
+	for i, h := range []engine.Handler{pi, po} {
+		c := MemberConfig{RunID: runID, Index: i, Members: 2, Group: cfg.Group, Interface: cfg.Interface, Idle: cfg.Idle}
+		c, _ = c.withDefaults()
+		m, err := engine.Open(ctx, c.engineConfig(h))
+		if err != nil {
+			for _, o := range ms[:i] {
+				_ = o.Close(context.Background())
+			}
+			return PingPongLatency{}, fmt.Errorf("bench: ping-pong member %d: %w", i, err)
+		}
+		ms[i] = m
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done := make(chan struct{})
+		go func() { _ = ms[1].Close(cctx); close(done) }()
+		_ = ms[0].Close(cctx)
+		<-done
+	}()
+	po.m.Store(ms[1])
+	ping := make([]byte, cfg.MsgSize)
+	h := NewHistogram()
+	deadline := time.Now().Add(cfg.Timeout)
+	for i := 1; i <= cfg.Warmup+cfg.Count; i++ {
+		t0 := Nanotime()
+		for {
+			err := ms[0].TrySend(ping)
+			if err == nil {
+				break
+			}
+			if err != engine.ErrBackPressure {
+				return PingPongLatency{}, fmt.Errorf("bench: ping %d: %w", i, err)
+			}
+			runtime.Gosched()
+		}
+		for spins := 0; pi.got.Load() < uint64(i); spins++ {
+			runtime.Gosched()
+			if spins&1023 == 1023 && (ctx.Err() != nil || time.Now().After(deadline)) {
+				if ctx.Err() != nil {
+					return PingPongLatency{Count: h.TotalCount(), RTT: Summarize(h, true)}, ctx.Err()
+				}
+				return PingPongLatency{}, fmt.Errorf("bench: ping %d: no pong within %v", i, cfg.Timeout)
+			}
+		}
+		if i > cfg.Warmup {
+			_ = h.RecordValue(Nanotime() - t0)
+		}
+	}
+	return PingPongLatency{Count: h.TotalCount(), RTT: Summarize(h, true)}, nil
+}
+
+// RawPingPongLatency converts RunRawPingPong's result into the same shape
+// (without a histogram encoding).
+func RawPingPongLatency(r PingPongResult) PingPongLatency {
+	return PingPongLatency{Count: int64(r.Count), RTT: Latency{Count: int64(r.Count), MinNs: int64(r.Min), P50Ns: int64(r.P50),
+		P99Ns: int64(r.P99), P999Ns: int64(r.P999), MaxNs: int64(r.Max), MeanNs: float64(r.Mean)}}
+}

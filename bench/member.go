@@ -1,0 +1,567 @@
+package bench
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/cespare/xxhash/v2"
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/engine"
+)
+
+// Payload layout of the messages the member harness sends (little-endian):
+//
+//	0  send time, ns of CLOCK_MONOTONIC (Nanotime)
+//	8  message index, 1-based; the top bit marks the sender's last message
+//	16 filler up to MsgSize
+const (
+	// MinMsgSize is the smallest message the member harness sends.
+	MinMsgSize = 16
+	lastFlag   = uint64(1) << 63
+)
+
+// MemberSchema names the JSON layout of MemberResult; it changes when a
+// field changes meaning.
+const MemberSchema = "nakcast.member/1"
+
+// MemberID returns the identity of member index i (0-based) of the run
+// whose identities start above runID: every process of one run computes the
+// same static view from the run id and the member count.
+func MemberID(runID uint64, i int) digest.Member {
+	return digest.Member{ID: runID + uint64(i) + 1, Inc: 1}
+}
+
+// MemberConfig describes one engine member of a benchmark run. Zero fields
+// take the defaults named.
+type MemberConfig struct {
+	// RunID is the base of the run's member identities (MemberID); it
+	// must be the same in every member of a run and must not be 0.
+	RunID uint64
+	// Index is this member's position in the view (0-based; member 0 is
+	// the coordinator) and Members the view size (default 1).
+	Index, Members int
+	// Senders lists the indexes of the members that send; every member
+	// waits for the last message of each (default {0}).
+	Senders []int
+	// Group, Interface, Unicast, TTL and AllowNonLoopback go to
+	// engine.Config as they are (Group is required).
+	Group            netip.AddrPort
+	Interface        string
+	Unicast          netip.AddrPort
+	TTL              int
+	AllowNonLoopback bool
+	// MsgSize is the size of each message (default 64, at least
+	// MinMsgSize).
+	MsgSize int
+	// Count is the number of messages each sender sends; with Count 0 a
+	// sender sends for Duration (default 2 s).
+	Count    int64
+	Duration time.Duration
+	// LossRate drops this fraction of received datagrams before the
+	// protocol (engine.Config.LossRate).
+	LossRate float64
+	// Idle, Transport, MaxDatagram, BundleBytes, BundleDelay, Window,
+	// RecvBuffer and BatchSize go to engine.Config (zero: the engine's
+	// defaults).
+	Idle        engine.IdleStrategy
+	Transport   string
+	MaxDatagram int
+	BundleBytes int
+	BundleDelay time.Duration
+	Window      int
+	RecvBuffer  int
+	BatchSize   int
+	// SampleEvery records the latency of one message in SampleEvery
+	// (default 1: every message); reading the clock per message costs a
+	// few percent at tens of millions of messages per second.
+	SampleEvery int
+	// Timeout bounds the run once sending starts (default Duration or
+	// 10 s, plus 30 s); the result is then marked incomplete.
+	Timeout time.Duration
+	// Grace is how long a member still waits for the senders' last
+	// messages once ctx is cancelled (default 2 s): Ctrl-C ends sending,
+	// the senders send their last message, the receivers get it.
+	Grace time.Duration
+	// Ready, if set, is called once the member is open, before it sends;
+	// Start, if set, is waited on before sending (the group starts
+	// together).
+	Ready func(*engine.Member)
+	Start <-chan struct{}
+	// Logger for the engine (default: discard).
+	Logger *slog.Logger
+}
+
+func (c MemberConfig) withDefaults() (MemberConfig, error) {
+	if c.RunID == 0 {
+		return c, errors.New("bench: MemberConfig.RunID must not be 0")
+	}
+	if c.Members == 0 {
+		c.Members = 1
+	}
+	if c.Members < 1 || c.Members > 1024 {
+		return c, fmt.Errorf("bench: MemberConfig.Members %d: want 1..1024", c.Members)
+	}
+	if c.Index < 0 || c.Index >= c.Members {
+		return c, fmt.Errorf("bench: MemberConfig.Index %d: want 0..%d", c.Index, c.Members-1)
+	}
+	if len(c.Senders) == 0 {
+		c.Senders = []int{0}
+	}
+	for _, s := range c.Senders {
+		if s < 0 || s >= c.Members {
+			return c, fmt.Errorf("bench: MemberConfig.Senders: index %d: want 0..%d", s, c.Members-1)
+		}
+	}
+	if c.MsgSize == 0 {
+		c.MsgSize = 64
+	}
+	if c.MsgSize < MinMsgSize {
+		return c, fmt.Errorf("bench: MemberConfig.MsgSize %d: want at least %d (send time and index)", c.MsgSize, MinMsgSize)
+	}
+	if c.Count < 0 || c.Duration < 0 {
+		return c, fmt.Errorf("bench: MemberConfig.Count %d, Duration %v: want >= 0", c.Count, c.Duration)
+	}
+	if c.Count == 0 && c.Duration == 0 {
+		c.Duration = 2 * time.Second
+	}
+	if c.SampleEvery == 0 {
+		c.SampleEvery = 1
+	}
+	if c.SampleEvery < 0 {
+		return c, fmt.Errorf("bench: MemberConfig.SampleEvery %d: want >= 1", c.SampleEvery)
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 30 * time.Second
+		if c.Duration > 0 {
+			c.Timeout += c.Duration
+		} else {
+			c.Timeout += 10 * time.Second
+		}
+	}
+	if c.Grace == 0 {
+		c.Grace = 2 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return c, nil
+}
+
+func (c MemberConfig) sends() bool {
+	for _, s := range c.Senders {
+		if s == c.Index {
+			return true
+		}
+	}
+	return false
+}
+
+// engineConfig is the member's engine configuration.
+func (c MemberConfig) engineConfig(h engine.Handler) engine.Config {
+	ids := make([]digest.Member, c.Members)
+	for i := range ids {
+		ids[i] = MemberID(c.RunID, i)
+	}
+	return engine.Config{
+		Group: c.Group, Interface: c.Interface, Unicast: c.Unicast, TTL: c.TTL,
+		AllowNonLoopback: c.AllowNonLoopback, Transport: c.Transport,
+		Self: ids[c.Index], Members: ids,
+		MaxDatagram: c.MaxDatagram, BundleBytes: c.BundleBytes, BundleDelay: c.BundleDelay,
+		Window: c.Window, RecvBuffer: c.RecvBuffer, BatchSize: c.BatchSize,
+		Idle: c.Idle, LossRate: c.LossRate, LossSeed: c.RunID ^ uint64(c.Index),
+		Logger: c.Logger, Handler: h,
+	}
+}
+
+// Range is an inclusive range of seqnos.
+type Range struct {
+	From uint64 `json:"from"`
+	To   uint64 `json:"to"`
+}
+
+// Latency summarises a latency histogram (send time in the payload to
+// delivery), in nanoseconds. HDR is the whole histogram in the HdrHistogram
+// V2 compressed encoding, base64, so that runs can be merged exactly.
+type Latency struct {
+	Count  int64   `json:"count"`
+	MinNs  int64   `json:"min_ns"`
+	P50Ns  int64   `json:"p50_ns"`
+	P90Ns  int64   `json:"p90_ns"`
+	P99Ns  int64   `json:"p99_ns"`
+	P999Ns int64   `json:"p999_ns"`
+	MaxNs  int64   `json:"max_ns"`
+	MeanNs float64 `json:"mean_ns"`
+	HDR    string  `json:"hdr,omitempty"`
+}
+
+// Histogram bounds: 100 ns .. 100 s at 3 significant digits.
+const (
+	histLowest  = 1
+	histHighest = 100e9
+	histDigits  = 3
+)
+
+// NewHistogram returns an HDR histogram with the harness's bounds.
+func NewHistogram() *hdrhistogram.Histogram {
+	return hdrhistogram.New(histLowest, histHighest, histDigits)
+}
+
+// Summarize returns h's summary, with its encoding when encode is set.
+func Summarize(h *hdrhistogram.Histogram, encode bool) Latency {
+	l := Latency{Count: h.TotalCount()}
+	if l.Count == 0 {
+		return l
+	}
+	l.MinNs, l.MaxNs, l.MeanNs = h.Min(), h.Max(), h.Mean()
+	l.P50Ns, l.P90Ns = h.ValueAtQuantile(50), h.ValueAtQuantile(90)
+	l.P99Ns, l.P999Ns = h.ValueAtQuantile(99), h.ValueAtQuantile(99.9)
+	if encode {
+		if b, err := h.Encode(hdrhistogram.V2CompressedEncodingCookieBase); err == nil {
+			l.HDR = base64.StdEncoding.EncodeToString(b)
+		}
+	}
+	return l
+}
+
+// Histogram decodes l.HDR; nil when it is empty or unreadable.
+func (l Latency) Histogram() *hdrhistogram.Histogram {
+	if l.HDR == "" {
+		return nil
+	}
+	b, err := base64.StdEncoding.DecodeString(l.HDR)
+	if err != nil {
+		return nil
+	}
+	h, err := hdrhistogram.Decode(b)
+	if err != nil {
+		return nil
+	}
+	return h
+}
+
+// SenderResult is what one member delivered of one sender.
+type SenderResult struct {
+	// Sender is the sender's member ID, Index its position in the view.
+	Sender uint64 `json:"sender"`
+	Index  int    `json:"index"`
+	// Delivered is the number of messages delivered; FirstSeq and LastSeq
+	// the first and last seqnos delivered (0 when none).
+	Delivered int64  `json:"delivered"`
+	FirstSeq  uint64 `json:"first_seq"`
+	LastSeq   uint64 `json:"last_seq"`
+	// Hash is an order-sensitive hash of what was delivered: xxhash64
+	// over the concatenation, in delivery order, of each message's seqno
+	// (8 bytes LE), length (4 bytes LE) and payload; hex.
+	Hash string `json:"hash"`
+	// OutOfOrder counts deliveries whose seqno or payload index did not
+	// follow the previous one (must be 0).
+	OutOfOrder int64 `json:"out_of_order"`
+	// Lost are the lost ranges reported (must be empty without crashes or
+	// partitions); LostMsgs their total size.
+	Lost     []Range `json:"lost"`
+	LostMsgs int64   `json:"lost_msgs"`
+	// Complete says the sender's last message was delivered.
+	Complete bool `json:"complete"`
+	// FirstSendNs is the send time carried by the first message delivered
+	// and LastDeliverNs the delivery time of the last (CLOCK_MONOTONIC
+	// ns); MsgsPerSec and MBPerSec are Delivered (and its payload bytes,
+	// MB = 1e6) over that span.
+	FirstSendNs   int64   `json:"first_send_ns"`
+	LastDeliverNs int64   `json:"last_deliver_ns"`
+	MsgsPerSec    float64 `json:"msgs_per_sec"`
+	MBPerSec      float64 `json:"mb_per_sec"`
+	// Latency is send (payload timestamp) to delivery.
+	Latency Latency `json:"latency"`
+}
+
+// MemberResult is what RunMember measured: the member process's JSON
+// output (schema MemberSchema).
+type MemberResult struct {
+	Schema    string  `json:"schema"`
+	RunID     uint64  `json:"run_id"`
+	Member    uint64  `json:"member"`
+	Index     int     `json:"index"`
+	Members   int     `json:"members"`
+	Role      string  `json:"role"` // "send" or "receive"
+	Group     string  `json:"group"`
+	Interface string  `json:"interface"`
+	MsgSize   int     `json:"msg_size"`
+	LossRate  float64 `json:"loss_rate"`
+	// Sent is the number of messages this member sent, from SendStartNs
+	// for SendNs.
+	Sent        int64 `json:"sent"`
+	SendStartNs int64 `json:"send_start_ns"`
+	SendNs      int64 `json:"send_ns"`
+	// Senders has one entry per sender of the run, in view order.
+	Senders []SenderResult `json:"senders"`
+	// Complete says every sender's last message was delivered and the
+	// member closed after draining.
+	Complete bool `json:"complete"`
+	// Interrupted says the run was cancelled (Ctrl-C) before the end.
+	Interrupted bool `json:"interrupted,omitempty"`
+	// Error is the first error met, if any.
+	Error string `json:"error,omitempty"`
+	// Stats are the engine's counters at the end.
+	Stats engine.Stats `json:"stats"`
+}
+
+// recvState is one sender's delivery bookkeeping, owned by the agent
+// goroutine that calls the handler.
+type recvState struct {
+	res      SenderResult
+	hash     *xxhash.Digest
+	hist     *hdrhistogram.Histogram
+	nextIdx  uint64
+	bytes    int64
+	scratch  [12]byte
+	complete atomic.Bool
+}
+
+// memberHandler records deliveries of every sender; it allocates nothing
+// per message.
+type memberHandler struct {
+	base    uint64 // MemberID(runID, i).ID == base+i+1
+	bySlot  []*recvState
+	sample  uint64
+	pending atomic.Int32 // senders whose last message is still to come
+	done    chan struct{}
+	once    sync.Once
+}
+
+func (h *memberHandler) state(s digest.Member) *recvState {
+	i := s.ID - h.base - 1
+	if i >= uint64(len(h.bySlot)) {
+		return nil
+	}
+	return h.bySlot[i]
+}
+
+// Deliver implements engine.Handler.
+func (h *memberHandler) Deliver(sender digest.Member, seq uint64, p []byte) {
+	st := h.state(sender)
+	if st == nil {
+		return
+	}
+	r := &st.res
+	if r.Delivered == 0 {
+		r.FirstSeq = seq
+		if len(p) >= MinMsgSize {
+			r.FirstSendNs = int64(binary.LittleEndian.Uint64(p))
+		}
+	} else if seq != r.LastSeq+1 {
+		r.OutOfOrder++
+	}
+	r.Delivered++
+	r.LastSeq = seq
+	st.bytes += int64(len(p))
+	binary.LittleEndian.PutUint64(st.scratch[:8], seq)
+	binary.LittleEndian.PutUint32(st.scratch[8:], uint32(len(p)))
+	_, _ = st.hash.Write(st.scratch[:])
+	_, _ = st.hash.Write(p)
+	if len(p) < MinMsgSize {
+		r.OutOfOrder++
+		return
+	}
+	idx := binary.LittleEndian.Uint64(p[8:])
+	last := idx&lastFlag != 0
+	idx &^= lastFlag
+	if idx != st.nextIdx {
+		r.OutOfOrder++
+	}
+	st.nextIdx = idx + 1
+	if last || idx%h.sample == 0 {
+		now := Nanotime()
+		if idx%h.sample == 0 {
+			_ = st.hist.RecordValue(max(now-int64(binary.LittleEndian.Uint64(p)), histLowest))
+		}
+		r.LastDeliverNs = now
+	}
+	if last && !st.complete.Swap(true) {
+		if h.pending.Add(-1) == 0 {
+			h.once.Do(func() { close(h.done) })
+		}
+	}
+}
+
+// Lost implements engine.Handler.
+func (h *memberHandler) Lost(sender digest.Member, from, to uint64) {
+	if st := h.state(sender); st != nil {
+		st.res.Lost = append(st.res.Lost, Range{from, to})
+		st.res.LostMsgs += int64(to - from + 1)
+	}
+}
+
+// RunMember runs one member of a benchmark group: it opens the engine
+// member (push delivery), sends if it is one of the senders (Count messages
+// or for Duration, the last one marked), and returns once it has delivered
+// every sender's last message and drained its own sends, or the timeout
+// passes. Cancelling ctx stops sending early (the last message is still
+// sent, so receivers end cleanly) and, after Grace, receiving. The result
+// is filled in on every path once the member opened; the error says why a
+// run did not complete.
+func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return MemberResult{}, err
+	}
+	h := &memberHandler{base: cfg.RunID, bySlot: make([]*recvState, cfg.Members), sample: uint64(cfg.SampleEvery), done: make(chan struct{})}
+	states := make([]*recvState, 0, len(cfg.Senders))
+	for _, s := range cfg.Senders {
+		if h.bySlot[s] != nil {
+			continue
+		}
+		st := &recvState{hash: xxhash.New(), hist: NewHistogram(), nextIdx: 1}
+		st.res.Sender, st.res.Index = MemberID(cfg.RunID, s).ID, s
+		h.bySlot[s] = st
+		states = append(states, st)
+	}
+	h.pending.Store(int32(len(states)))
+
+	res := MemberResult{Schema: MemberSchema, RunID: cfg.RunID, Member: MemberID(cfg.RunID, cfg.Index).ID,
+		Index: cfg.Index, Members: cfg.Members, Role: "receive", Group: cfg.Group.String(), Interface: cfg.Interface,
+		MsgSize: cfg.MsgSize, LossRate: cfg.LossRate}
+	if cfg.sends() {
+		res.Role = "send"
+	}
+	m, err := engine.Open(ctx, cfg.engineConfig(h))
+	if err != nil {
+		return res, fmt.Errorf("bench: member %d: %w", cfg.Index, err)
+	}
+	if cfg.Ready != nil {
+		cfg.Ready(m)
+	}
+	if cfg.Start != nil {
+		select {
+		case <-cfg.Start:
+		case <-ctx.Done():
+		}
+	}
+	runCtx, cancelRun := context.WithTimeout(context.Background(), cfg.Timeout)
+	defer cancelRun()
+
+	var sendErr error
+	sendDone := make(chan struct{})
+	if cfg.sends() {
+		go func() {
+			defer close(sendDone)
+			res.SendStartNs = Nanotime()
+			res.Sent, sendErr = sendMessages(ctx, runCtx, m, cfg)
+			res.SendNs = Nanotime() - res.SendStartNs
+		}()
+	} else {
+		close(sendDone)
+	}
+
+	var graceC <-chan time.Time
+	ctxDone := ctx.Done()
+	timedOut := false
+wait:
+	for {
+		select {
+		case <-h.done:
+			break wait
+		case <-ctxDone:
+			res.Interrupted = true
+			ctxDone = nil
+			graceC = time.After(cfg.Grace)
+		case <-graceC:
+			break wait
+		case <-runCtx.Done():
+			timedOut = true
+			break wait
+		}
+	}
+	<-sendDone
+	res.Stats = m.Stats()
+	closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)
+	closeErr := m.Close(closeCtx)
+	cancelClose()
+	// The agent has stopped: the handler's state is ours to read.
+	res.Complete = true
+	for _, st := range states {
+		r := st.res
+		r.Complete = st.complete.Load()
+		r.Hash = hex.EncodeToString(st.hash.Sum(nil))
+		if span := r.LastDeliverNs - r.FirstSendNs; span > 0 && r.Delivered > 0 {
+			r.MsgsPerSec = float64(r.Delivered) / (float64(span) / 1e9)
+			r.MBPerSec = float64(st.bytes) / (float64(span) / 1e9) / 1e6
+		}
+		r.Latency = Summarize(st.hist, true)
+		if r.Lost == nil {
+			r.Lost = []Range{}
+		}
+		res.Complete = res.Complete && r.Complete
+		res.Senders = append(res.Senders, r)
+	}
+	switch {
+	case sendErr != nil:
+		err = fmt.Errorf("bench: member %d: send: %w", cfg.Index, sendErr)
+	case timedOut:
+		err = fmt.Errorf("bench: member %d: timed out after %v waiting for the senders' last messages", cfg.Index, cfg.Timeout)
+	case !res.Complete && !res.Interrupted:
+		err = fmt.Errorf("bench: member %d: incomplete", cfg.Index)
+	case closeErr != nil && !res.Interrupted:
+		err = fmt.Errorf("bench: member %d: %w", cfg.Index, closeErr)
+	}
+	res.Complete = res.Complete && closeErr == nil
+	if err != nil {
+		res.Error = err.Error()
+	}
+	return res, err
+}
+
+// sendMessages sends cfg.Count messages (or for cfg.Duration, or until
+// ctx ends) with Send; the last is marked. The last message is sent under
+// runCtx, so a cancelled ctx still ends the stream cleanly.
+func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfig) (int64, error) {
+	p := make([]byte, cfg.MsgSize)
+	for i := MinMsgSize; i < len(p); i++ {
+		p[i] = byte(i)
+	}
+	var deadline int64
+	if cfg.Duration > 0 {
+		deadline = Nanotime() + int64(cfg.Duration)
+	}
+	sendCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(runCtx, cancel)
+	defer stop()
+	var i uint64
+	for {
+		i++
+		last := cfg.Count > 0 && int64(i) >= cfg.Count
+		now := Nanotime()
+		if !last && (sendCtx.Err() != nil || (deadline != 0 && i&255 == 0 && now > deadline)) {
+			last = true
+		}
+		idx := i
+		c := sendCtx
+		if last {
+			idx |= lastFlag
+			c = runCtx
+		}
+		binary.LittleEndian.PutUint64(p, uint64(now))
+		binary.LittleEndian.PutUint64(p[8:], idx)
+		if err := m.Send(c, p); err != nil {
+			if !last && ctx.Err() != nil {
+				i-- // not sent: send the last message in its place
+				continue
+			}
+			return int64(i - 1), err
+		}
+		if last {
+			return int64(i), nil
+		}
+	}
+}

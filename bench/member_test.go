@@ -1,0 +1,255 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/nakcast/nakcast/digest"
+	"github.com/stretchr/testify/require"
+)
+
+
+func TestRunGroupExactDelivery(t *testing.T) {
+	count := int64(20000)
+	if raceEnabled {
+		count = 3000
+	}
+	for _, tt := range []struct {
+		name    string
+		members int
+		senders []int
+		size    int
+		loss    float64
+	}{
+		{"1to2/64B", 3, []int{0}, 64, 0},
+		{"1to2/1KiB/loss5%", 3, []int{0}, 1024, 0.05},
+		{"2senders/loss5%", 3, []int{0, 1}, 100, 0.05},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cfg := MemberConfig{Members: tt.members, Senders: tt.senders, MsgSize: tt.size, Count: count, Group: RandomGroup()}
+			rs, err := RunGroup(ctx, cfg, func(i int, c *MemberConfig) {
+				if i != 0 {
+					c.LossRate = tt.loss
+				}
+			}, nil)
+			require.NoError(t, err)
+			require.Len(t, rs, tt.members)
+			require.Empty(t, Verify(rs))
+			for _, r := range rs {
+				require.True(t, r.Complete)
+				require.Len(t, r.Senders, len(tt.senders))
+				for _, s := range r.Senders {
+					require.Equal(t, count, s.Delivered, "member %d sender %d", r.Index, s.Index)
+					require.Equal(t, uint64(1), s.FirstSeq)
+					require.Equal(t, uint64(count), s.LastSeq)
+					require.Zero(t, s.OutOfOrder)
+					require.Empty(t, s.Lost)
+					require.Positive(t, s.Latency.Count)
+					require.NotNil(t, s.Latency.Histogram())
+				}
+			}
+			row := GroupRow("loopback", caseLabel(tt.loss), rs, 65507)
+			require.True(t, row.Verified, row.Note)
+			require.Equal(t, len(rs)-len(tt.senders), row.Receivers)
+			require.Zero(t, row.LossPct)
+			require.Positive(t, row.MsgsPerSec)
+			var injected uint64
+			for _, r := range rs {
+				injected += r.Stats.Drops.Injected
+			}
+			if injected > 0 {
+				require.Positive(t, row.Retransmitted, "%d datagrams dropped, none repaired", injected)
+			}
+		})
+	}
+}
+
+func caseLabel(loss float64) string {
+	if loss == 0 {
+		return "lossless"
+	}
+	return "lossy"
+}
+
+func TestRunGroupDurationAndCancel(t *testing.T) {
+	// A duration run ends by itself; a cancelled one still ends every
+	// stream with its last message and reports what it measured.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := MemberConfig{Members: 2, MsgSize: 64, Duration: time.Minute, Group: RandomGroup()}
+	var rs []MemberResult
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rs, err = RunGroup(ctx, cfg, nil, nil)
+	}()
+	time.AfterFunc(300*time.Millisecond, cancel)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("cancelled run did not end")
+	}
+	require.NoError(t, err)
+	require.Empty(t, Verify(rs))
+	for _, r := range rs {
+		require.True(t, r.Interrupted)
+		require.Positive(t, r.Senders[0].Delivered)
+	}
+
+	rs, err = RunGroup(context.Background(), MemberConfig{Members: 2, Duration: 200 * time.Millisecond, Group: RandomGroup()}, nil, nil)
+	require.NoError(t, err)
+	require.Empty(t, Verify(rs))
+	require.Positive(t, rs[1].Senders[0].Delivered)
+}
+
+func TestVerifyFindsDifferences(t *testing.T) {
+	ok := func() []MemberResult {
+		s := SenderResult{Sender: 1, Index: 0, Delivered: 10, FirstSeq: 1, LastSeq: 10, Hash: "aa", Complete: true, Lost: []Range{}}
+		return []MemberResult{
+			{Schema: MemberSchema, Index: 0, Role: "send", Sent: 10, Senders: []SenderResult{s}},
+			{Schema: MemberSchema, Index: 1, Role: "receive", Senders: []SenderResult{s}},
+		}
+	}
+	require.Empty(t, Verify(ok()))
+	for _, tt := range []struct {
+		name string
+		mod  func(rs []MemberResult)
+		want string
+	}{
+		{"hash", func(rs []MemberResult) { rs[1].Senders[0].Hash = "bb" }, "hash"},
+		{"count", func(rs []MemberResult) { rs[1].Senders[0].Delivered, rs[1].Senders[0].LastSeq = 9, 9 }, "delivered 9"},
+		{"incomplete", func(rs []MemberResult) { rs[1].Senders[0].Complete = false }, "last message"},
+		{"lost", func(rs []MemberResult) { rs[1].Senders[0].Lost = []Range{{3, 4}} }, "lost"},
+		{"order", func(rs []MemberResult) { rs[1].Senders[0].OutOfOrder = 1 }, "out of order"},
+		{"missing", func(rs []MemberResult) { rs[1] = MemberResult{Index: 1} }, "no result"},
+		{"error", func(rs []MemberResult) { rs[1].Error = "boom" }, "boom"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rs := ok()
+			tt.mod(rs)
+			bad := Verify(rs)
+			require.NotEmpty(t, bad)
+			require.Contains(t, strings.Join(bad, "\n"), tt.want)
+		})
+	}
+}
+
+func TestMemberHandlerHashAndOrder(t *testing.T) {
+	h := &memberHandler{base: 100, bySlot: make([]*recvState, 2), sample: 1, done: make(chan struct{})}
+	st := &recvState{hash: xxhash.New(), hist: NewHistogram(), nextIdx: 1}
+	h.bySlot[0] = st
+	h.pending.Store(1)
+	sender := digest.Member{ID: 101, Inc: 1}
+	want := xxhash.New()
+	p := make([]byte, 32)
+	for i := uint64(1); i <= 5; i++ {
+		idx := i
+		if i == 5 {
+			idx |= lastFlag
+		}
+		binary.LittleEndian.PutUint64(p, uint64(Nanotime()))
+		binary.LittleEndian.PutUint64(p[8:], idx)
+		h.Deliver(sender, i, p)
+		var pre [12]byte
+		binary.LittleEndian.PutUint64(pre[:], i)
+		binary.LittleEndian.PutUint32(pre[8:], uint32(len(p)))
+		want.Write(pre[:])
+		want.Write(p)
+	}
+	h.Deliver(digest.Member{ID: 999, Inc: 1}, 1, p) // not a sender: ignored
+	select {
+	case <-h.done:
+	default:
+		t.Fatal("last message did not complete the member")
+	}
+	require.Equal(t, int64(5), st.res.Delivered)
+	require.Zero(t, st.res.OutOfOrder)
+	require.Equal(t, want.Sum64(), st.hash.Sum64())
+	require.Equal(t, int64(5), st.hist.TotalCount())
+	// A gap in the payload index is counted.
+	binary.LittleEndian.PutUint64(p[8:], 9)
+	h.Deliver(sender, 6, p)
+	require.Equal(t, int64(1), st.res.OutOfOrder)
+}
+
+func TestMemberHandlerAllocatesNothing(t *testing.T) {
+	h := &memberHandler{base: 100, bySlot: make([]*recvState, 1), sample: 1, done: make(chan struct{})}
+	h.bySlot[0] = &recvState{hash: xxhash.New(), hist: NewHistogram(), nextIdx: 1}
+	h.pending.Store(1)
+	sender := digest.Member{ID: 101, Inc: 1}
+	p := make([]byte, 64)
+	seq := uint64(0)
+	allocs := testing.AllocsPerRun(1000, func() {
+		seq++
+		binary.LittleEndian.PutUint64(p, uint64(Nanotime()))
+		binary.LittleEndian.PutUint64(p[8:], seq)
+		h.Deliver(sender, seq, p)
+	})
+	require.Zero(t, allocs)
+}
+
+func BenchmarkMemberHandlerDeliver(b *testing.B) {
+	for _, size := range []int{64, 1024} {
+		b.Run(byteSize(size), func(b *testing.B) {
+			h := &memberHandler{base: 100, bySlot: make([]*recvState, 1), sample: 1, done: make(chan struct{})}
+			h.bySlot[0] = &recvState{hash: xxhash.New(), hist: NewHistogram(), nextIdx: 1}
+			sender := digest.Member{ID: 101, Inc: 1}
+			p := make([]byte, size)
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				binary.LittleEndian.PutUint64(p, uint64(Nanotime()))
+				binary.LittleEndian.PutUint64(p[8:], uint64(i+1))
+				h.Deliver(sender, uint64(i+1), p)
+			}
+		})
+	}
+}
+
+func TestMemberMainWritesJSON(t *testing.T) {
+	g := RandomGroup()
+	var out, errOut bytes.Buffer
+	err := MemberMain(context.Background(), []string{"-group", g.String(), "-count", "500", "-size", "100"}, strings.NewReader(""), &out, &errOut)
+	require.NoError(t, err, errOut.String())
+	var r MemberResult
+	require.NoError(t, json.Unmarshal(out.Bytes(), &r))
+	require.Equal(t, MemberSchema, r.Schema)
+	require.Equal(t, "send", r.Role)
+	require.Equal(t, int64(500), r.Sent)
+	require.Len(t, r.Senders, 1)
+	require.Equal(t, int64(500), r.Senders[0].Delivered)
+	require.True(t, r.Complete)
+	require.Len(t, r.Senders[0].Hash, 16)
+}
+
+func TestMemberMainUsageErrors(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "-group is required"},
+		{[]string{"-group", "10.0.0.1:5000"}, "Group"},
+		{[]string{"-group", "239.1.2.3:5000", "-size", "8"}, "MsgSize"},
+		{[]string{"-group", "239.1.2.3:5000", "-idle", "nap"}, "-idle"},
+		{[]string{"-group", "239.1.2.3:5000", "-senders", "x"}, "-senders"},
+		{[]string{"-group", "239.1.2.3:5000", "-bogus"}, "bogus"},
+		{[]string{"-group", "239.1.2.3:5000", "-index", "3", "-members", "2"}, "Index"},
+	} {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			err := MemberMain(context.Background(), tt.args, strings.NewReader(""), &out, &errOut)
+			require.ErrorIs(t, err, ErrUsage)
+			require.Contains(t, err.Error()+errOut.String(), tt.want)
+			require.Empty(t, out.String())
+		})
+	}
+}

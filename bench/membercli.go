@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nakcast/nakcast/engine"
+)
+
+// ErrUsage is wrapped by MemberMain's errors about its command line (the
+// command exits with status 2 for them).
+var ErrUsage = errors.New("usage")
+
+// ReadyLine is what a member process started with -wait-start prints on
+// stdout once it is open; it then waits for a line on stdin before
+// sending.
+const ReadyLine = "READY"
+
+// MemberArgs returns the command-line flags that make MemberMain run cfg
+// (hooks and the logger are not carried), writing its result to out.
+func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
+	senders := make([]string, len(cfg.Senders))
+	for i, s := range cfg.Senders {
+		senders[i] = strconv.Itoa(s)
+	}
+	a := []string{
+		"-run-id", strconv.FormatUint(cfg.RunID, 10),
+		"-index", strconv.Itoa(cfg.Index),
+		"-members", strconv.Itoa(cfg.Members),
+		"-senders", strings.Join(senders, ","),
+		"-group", cfg.Group.String(),
+		"-size", strconv.Itoa(cfg.MsgSize),
+		"-count", strconv.FormatInt(cfg.Count, 10),
+		"-duration", cfg.Duration.String(),
+		"-loss", strconv.FormatFloat(cfg.LossRate, 'g', -1, 64),
+		"-idle", cfg.Idle.String(),
+		"-sample", strconv.Itoa(cfg.SampleEvery),
+		"-out", out,
+	}
+	if cfg.Interface != "" {
+		a = append(a, "-interface", cfg.Interface)
+	}
+	if cfg.Unicast.IsValid() {
+		a = append(a, "-unicast", cfg.Unicast.String())
+	}
+	if cfg.TTL != 0 {
+		a = append(a, "-ttl", strconv.Itoa(cfg.TTL))
+	}
+	if cfg.Transport != "" {
+		a = append(a, "-transport", cfg.Transport)
+	}
+	if cfg.MaxDatagram != 0 {
+		a = append(a, "-datagram", strconv.Itoa(cfg.MaxDatagram))
+	}
+	if cfg.BundleBytes != 0 {
+		a = append(a, "-bundle-bytes", strconv.Itoa(cfg.BundleBytes))
+	}
+	if cfg.Timeout != 0 {
+		a = append(a, "-timeout", cfg.Timeout.String())
+	}
+	if waitStart {
+		a = append(a, "-wait-start")
+	}
+	return a
+}
+
+// MemberMain is the member process (mcastbench member): it parses args,
+// runs one member with RunMember and writes its MemberResult as JSON to the
+// -out file (or stdout). Errors about the command line wrap ErrUsage. A
+// result is written whenever the member opened, also for a failed run.
+func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("mcastbench member", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: mcastbench member -group ADDR:PORT [flags]\n\nOne engine member as its own process; writes its result as JSON (schema %s).\nEvery member of a run must get the same -run-id, -members, -senders and -group.\n\nflags:\n", MemberSchema)
+		fs.PrintDefaults()
+	}
+	runID := fs.Uint64("run-id", 0x6e616b6300000000, "base of the run's member identities (same in every member)")
+	index := fs.Int("index", 0, "this member's position in the view (0 is the coordinator)")
+	members := fs.Int("members", 1, "view size")
+	senders := fs.String("senders", "0", "indexes of the sending members, comma-separated")
+	group := fs.String("group", "", "multicast group ADDR:PORT in 239.0.0.0/8 (required)")
+	iface := fs.String("interface", "lo", "interface")
+	unicast := fs.String("unicast", "", "unicast bind address ADDR:PORT (default 127.0.0.1:0; required off loopback)")
+	ttl := fs.Int("ttl", 0, "multicast TTL (0 on loopback, 1 on a bridge)")
+	size := fs.Int("size", 64, "message size in bytes")
+	count := fs.Int64("count", 0, "messages to send (0: send for -duration)")
+	duration := fs.Duration("duration", 2*time.Second, "how long to send when -count is 0")
+	loss := fs.Float64("loss", 0, "fraction of received datagrams dropped before the protocol")
+	idle := fs.String("idle", "block", "idle strategy: block, yield or spin")
+	transport := fs.String("transport", "udp", "transport: udp")
+	datagram := fs.Int("datagram", 0, "largest datagram (0: interface MTU less headers)")
+	bundle := fs.Int("bundle-bytes", 0, "bundling limit in bytes (0: the datagram size)")
+	sample := fs.Int("sample", 1, "record the latency of one message in N")
+	timeout := fs.Duration("timeout", 0, "give up this long after sending starts (0: -duration or 10s, plus 30s)")
+	out := fs.String("out", "-", "result file (- for stdout)")
+	waitStart := fs.Bool("wait-start", false, "print "+ReadyLine+" once open, then wait for a line on stdin before sending")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, a...)...)
+	}
+	if fs.NArg() > 0 {
+		return bad("unexpected argument %q", fs.Arg(0))
+	}
+	cfg := MemberConfig{RunID: *runID, Index: *index, Members: *members, Interface: *iface, TTL: *ttl, MsgSize: *size,
+		Count: *count, Duration: *duration, LossRate: *loss, Transport: *transport, MaxDatagram: *datagram, BundleBytes: *bundle,
+		SampleEvery: *sample, Timeout: *timeout}
+	var err error
+	if cfg.Senders, err = parseInts(*senders); err != nil {
+		return bad("-senders %q: %v", *senders, err)
+	}
+	if *group == "" {
+		return bad("-group is required (ADDR:PORT in 239.0.0.0/8)")
+	}
+	if cfg.Group, err = netip.ParseAddrPort(*group); err != nil {
+		return bad("-group %q: %v", *group, err)
+	}
+	if *unicast != "" {
+		if cfg.Unicast, err = netip.ParseAddrPort(*unicast); err != nil {
+			return bad("-unicast %q: %v", *unicast, err)
+		}
+	}
+	cfg.AllowNonLoopback = *iface != "lo"
+	switch *idle {
+	case "block":
+		cfg.Idle = engine.IdleBlock
+	case "yield":
+		cfg.Idle = engine.IdleYield
+	case "spin":
+		cfg.Idle = engine.IdleSpin
+	default:
+		return bad("-idle %q: want block, yield or spin", *idle)
+	}
+	if *transport == engine.TransportXDP {
+		return fmt.Errorf("-transport xdp: the AF_XDP backend is not available yet (it arrives with ebpf/)")
+	}
+	if _, err := cfg.withDefaults(); err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if err := cfg.engineConfig(nil).Validate(); err != nil {
+		return bad("%v", err)
+	}
+	var start chan struct{}
+	if *waitStart {
+		start = make(chan struct{})
+		cfg.Ready = func(*engine.Member) {
+			fmt.Fprintln(stdout, ReadyLine)
+			go func() {
+				_, _ = bufio.NewReader(stdin).ReadString('\n')
+				close(start)
+			}()
+		}
+		cfg.Start = start
+	}
+	res, runErr := RunMember(ctx, cfg)
+	if res.Schema == "" {
+		return runErr // never opened: nothing to report
+	}
+	w := stdout
+	var f *os.File
+	if *out != "-" {
+		if f, err = os.Create(*out); err != nil {
+			return errors.Join(runErr, err)
+		}
+		w = f
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	err = enc.Encode(res)
+	if f != nil {
+		err = errors.Join(err, f.Close())
+	}
+	return errors.Join(runErr, err)
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		v, err := strconv.Atoi(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("want at least one index")
+	}
+	return out, nil
+}
