@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-
 func TestRunGroupExactDelivery(t *testing.T) {
 	count := int64(20000)
 	if raceEnabled {
