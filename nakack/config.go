@@ -223,6 +223,20 @@ type Handler interface {
 	Lost(sender digest.Member, from, to uint64)
 }
 
+// BatchHandler is a Handler that also takes runs of whole messages at once:
+// Poll hands every run of consecutive whole (unfragmented) messages of one
+// sender that it consumes in one step to DeliverBatch instead of calling
+// Deliver per message (fragmented messages and lost runs still go to
+// Deliver and Lost, in order with the batches). A limit may end a batch
+// early.
+type BatchHandler interface {
+	Handler
+	// DeliverBatch hands over len(payloads) consecutive messages of sender,
+	// seqnos first, first+1, ... . The payload slices are valid during the
+	// call only, and payloads itself is reused by the next call.
+	DeliverBatch(sender digest.Member, first uint64, payloads [][]byte)
+}
+
 // Outgoing is one datagram to send: To is the zero Member for multicast, or
 // the destination member of a unicast. The driver owns one reference to Buf
 // and must Release it after sending.

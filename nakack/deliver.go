@@ -27,12 +27,15 @@ func (r *reassembly) reset() {
 // consumed) and each lost run through h.Lost (a lost run counts as one).
 // A limit may end inside a bundle or a fragmented message. Senders are
 // served round-robin. It returns how many seqnos and lost runs it consumed.
-// Delivered messages stay retained until stability purges them.
+// Delivered messages stay retained until stability purges them. If h is a
+// BatchHandler, runs of whole messages go to DeliverBatch.
 func (p *Protocol) Poll(h Handler, limit int) int {
+	p.publishOwn()
+	bh, _ := h.(BatchHandler)
 	n := 0
 	for len(p.ready) > 0 && n < limit {
 		s := p.ready[0]
-		k, more := p.drain(s, h, limit-n)
+		k, more := p.drain(s, h, bh, limit-n)
 		n += k
 		copy(p.ready, p.ready[1:])
 		p.ready[len(p.ready)-1] = nil
@@ -47,7 +50,7 @@ func (p *Protocol) Poll(h Handler, limit int) int {
 }
 
 // drain consumes up to max seqnos of s; more is true if it stopped at max.
-func (p *Protocol) drain(s *sender, h Handler, max int) (k int, more bool) {
+func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int, more bool) {
 	if s.preLost.To != 0 && max > 0 {
 		r := s.preLost
 		s.preLost = wire.Range{}
@@ -69,9 +72,7 @@ func (p *Protocol) drain(s *sender, h Handler, max int) (k int, more bool) {
 		}
 		first, c := w.RemoveBatch(p.dscr[:lim])
 		if c > 0 {
-			for j := range c {
-				p.deliver(s, h, first+uint64(j), p.dscr[j])
-			}
+			p.deliverRun(s, h, bh, first, p.dscr[:c])
 			clear(p.dscr[:c])
 			k += c
 			continue
@@ -84,6 +85,34 @@ func (p *Protocol) drain(s *sender, h Handler, max int) (k int, more bool) {
 		return k, false
 	}
 	return k, true
+}
+
+// deliverRun delivers ms (seqnos first..): runs of whole messages
+// directly (one DeliverBatch per run for a BatchHandler), fragments and a
+// whole message that interrupts a reassembly through deliver.
+func (p *Protocol) deliverRun(s *sender, h Handler, bh BatchHandler, first uint64, ms []msg) {
+	for i := 0; i < len(ms); {
+		if ms[i].fc != 0 || s.reasm.active {
+			p.deliver(s, h, first+uint64(i), ms[i])
+			i++
+			continue
+		}
+		j := i
+		if bh != nil {
+			ps := p.pscr[:0]
+			for ; j < len(ms) && ms[j].fc == 0; j++ {
+				ps = append(ps, ms[j].payload())
+			}
+			p.pscr = ps
+			bh.DeliverBatch(s.m, first+uint64(i), ps)
+		} else {
+			for ; j < len(ms) && ms[j].fc == 0; j++ {
+				h.Deliver(s.m, first+uint64(j), ms[j].payload())
+			}
+		}
+		p.stats.Delivered += uint64(j - i)
+		i = j
+	}
 }
 
 func (p *Protocol) deliver(s *sender, h Handler, seq uint64, m msg) {

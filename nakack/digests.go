@@ -320,6 +320,7 @@ func (p *Protocol) overwriteTarget(s *sender, e digest.Entry) uint64 {
 // or an error wrapping ErrNotRetained naming every window that would have to
 // re-deliver messages it no longer retains. It changes nothing.
 func (p *Protocol) CheckOverwrite(d digest.Digest) error {
+	p.publishOwn()
 	var errs []error
 	for i := range d.Len() {
 		e := d.At(i)
@@ -456,8 +457,8 @@ func (p *Protocol) CloseWindow(m digest.Member) (int, error) {
 	p.rememberClosed(m, s.delivered())
 	n := 0
 	if s.win != nil {
-		n = s.win.Skip(s.win.Received()+1, p.release)
-		n += s.win.Purge(math.MaxUint64, p.release)
+		n = p.skipWin(s, s.win.Received()+1)
+		n += p.purgeWin(s, math.MaxUint64)
 	}
 	p.removeSender(s)
 	return n, nil
@@ -468,6 +469,7 @@ func (p *Protocol) CloseWindow(m digest.Member) (int, error) {
 // the stability rule and is the only way (short of crashes and partitions)
 // to make a member answer MSG_NOT_FOUND (seeds 000-002).
 func (p *Protocol) ForcePurge(m digest.Member, upto uint64) (int, error) {
+	p.publishOwn()
 	s := p.senders[m]
 	if s == nil {
 		return 0, fmt.Errorf("force purge %v: %w", m, ErrUnknownMember)
@@ -475,7 +477,7 @@ func (p *Protocol) ForcePurge(m digest.Member, upto uint64) (int, error) {
 	if s.win == nil {
 		return 0, nil
 	}
-	n := s.win.Purge(upto, p.release)
+	n := p.purgeWin(s, upto)
 	p.stats.Purged += uint64(n)
 	if n > 0 {
 		p.roomMade(s, p.clock)
@@ -500,7 +502,7 @@ func (p *Protocol) skipTo(s *sender, target uint64) {
 			}
 			continue
 		}
-		p.stats.Purged += uint64(w.Skip(target, p.release))
+		p.stats.Purged += uint64(p.skipWin(s, target))
 		s.discarded = max(s.discarded, target)
 		break
 	}

@@ -15,14 +15,14 @@ import (
 // msg is one stored message (or fragment): a reference into a refcounted
 // datagram buffer. The window holding it owns one buffer reference.
 type msg struct {
-	buf *wire.Buffer
+	ref *dref // the datagram holding it (one buffer reference per datagram)
 	off uint32
 	n   uint32
 	// fc is the fragment count (0: a whole message), fi the fragment index.
 	fi, fc uint32
 }
 
-func (m msg) payload() []byte { return m.buf.B[m.off : m.off+m.n] }
+func (m msg) payload() []byte { return m.ref.buf.B[m.off : m.off+m.n] }
 
 // offsetIn returns where p starts inside buf.B.
 func offsetIn(buf *wire.Buffer, p []byte) uint32 {
@@ -102,6 +102,11 @@ type sender struct {
 	// Departed sender: requested ranges this member will repair after its
 	// random delay (rqAt), unless another member's repair arrives first
 	// (stamped in stamps after rqSince).
+	// refs are the datagrams this window holds, by maxSeq from refHead on
+	// (refs.go).
+	refs    []*dref
+	refHead int
+
 	rq      []wire.Range
 	rqAt    time.Duration
 	rqSince time.Duration
@@ -215,11 +220,15 @@ type Protocol struct {
 	own     *sender
 	nextSeq uint64
 
-	// open bundle
-	bundle *wire.Buffer
-	bw     wire.DataWriter
-	fragP  int // largest fragment payload
-	maxMsg int // largest bundled message
+	// open bundle; ownPend[:ownN] are its messages not yet in the own
+	// window (publishOwn)
+	bundle    *wire.Buffer
+	bundleRef *dref
+	ownPend   []msg
+	ownN      int
+	bw        wire.DataWriter
+	fragP     int // largest fragment payload
+	maxMsg    int // largest bundled message
 
 	out []Outgoing
 
@@ -249,7 +258,9 @@ type Protocol struct {
 	dscr    []msg
 	ranges  []wire.Range
 	entries []digest.Entry
-	release func(msg)
+	// unused datagram references (refs.go)
+	freeRefs []*dref
+	pscr     [][]byte // payloads for BatchHandler.DeliverBatch
 
 	stats Stats
 	// clock is the latest now seen by Receive or Tick, for the entry points
@@ -281,7 +292,8 @@ func New(cfg Config) (*Protocol, error) {
 		stableAt:  NoDeadline,
 		highestAt: NoDeadline,
 	}
-	p.release = func(m msg) { m.buf.Release() }
+	p.ownPend = make([]msg, cfg.MaxBundle)
+	p.pscr = make([][]byte, 0, len(p.dscr))
 	p.own = p.addSender(cfg.Self, 0, cfg.SendWindow)
 	p.own.own = true
 	p.own.window()
@@ -298,6 +310,7 @@ func (p *Protocol) addSender(m digest.Member, start uint64, capacity int) *sende
 }
 
 func (p *Protocol) removeSender(s *sender) {
+	p.releaseRefs(s, ^uint64(0))
 	p.disarm(s)
 	p.dequeueRepair(s)
 	if s.inReady {
@@ -512,6 +525,7 @@ func (p *Protocol) nextBackoff(b time.Duration) time.Duration {
 // announcement.
 func (p *Protocol) Tick(now time.Duration) {
 	p.clock = max(p.clock, now)
+	p.publishOwn()
 	for i := 0; i < len(p.armed); {
 		s := p.armed[i]
 		if s.nakAt > now {

@@ -17,6 +17,7 @@ import (
 // transfer) are ignored.
 func (p *Protocol) Receive(buf *wire.Buffer, now time.Duration) error {
 	p.clock = max(p.clock, now)
+	p.publishOwn()
 	h, body, err := wire.DecodeHeader(buf.Bytes(), p.cfg.Group)
 	if err != nil {
 		p.stats.Drops.Malformed++
@@ -81,6 +82,7 @@ func (p *Protocol) insertData(s *sender, buf *wire.Buffer, d *wire.Data, now tim
 	it := d.Messages()
 	first := d.First
 	added := 0
+	ref := p.newRef(buf)
 	for {
 		n := 0
 		for n < len(p.scratch) {
@@ -88,7 +90,7 @@ func (p *Protocol) insertData(s *sender, buf *wire.Buffer, d *wire.Data, now tim
 			if !ok {
 				break
 			}
-			p.scratch[n] = msg{buf: buf, off: offsetIn(buf, pl), n: uint32(len(pl))}
+			p.scratch[n] = msg{ref: ref, off: offsetIn(buf, pl), n: uint32(len(pl))}
 			n++
 		}
 		if n == 0 {
@@ -106,8 +108,9 @@ func (p *Protocol) insertData(s *sender, buf *wire.Buffer, d *wire.Data, now tim
 			break
 		}
 	}
+	p.holdRef(s, ref, added, d.Last())
+	p.dropRef(ref)
 	if added > 0 {
-		buf.Retain(int32(added))
 		p.stats.Received += uint64(added)
 		p.inserted(s, d.First)
 	}
@@ -147,12 +150,14 @@ func (p *Protocol) onFrag(buf *wire.Buffer, h wire.Header, body []byte, now time
 	if s.inRQ {
 		p.stampDeparted(s, f.Seq, f.Seq, now)
 	}
-	switch w.Add(f.Seq, msg{buf: buf, off: offsetIn(buf, f.Payload), n: uint32(len(f.Payload)), fi: f.Index, fc: f.Count}) {
+	ref := p.newRef(buf)
+	switch w.Add(f.Seq, msg{ref: ref, off: offsetIn(buf, f.Payload), n: uint32(len(f.Payload)), fi: f.Index, fc: f.Count}) {
 	case ring.Added:
-		buf.Retain(1)
+		p.holdRef(s, ref, 1, f.Seq)
 		p.stats.Received++
 		p.inserted(s, f.Seq)
 	default:
+		p.dropRef(ref)
 		p.countAddResult(w.Has(f.Seq), f.Seq <= w.Delivered())
 	}
 	p.checkGaps(s, now)

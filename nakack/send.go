@@ -38,6 +38,7 @@ func (p *Protocol) Send(payload []byte, now time.Duration) (uint64, error) {
 			p.stats.BackPressure++
 			return 0, ErrBackPressure
 		}
+		p.bundleRef = p.newRef(p.bundle)
 		h := p.hdr
 		if err := p.bw.Reset(p.bundle.B[:p.cfg.MaxDatagram], h, p.self, p.nextSeq); err != nil {
 			panic(err) // sizes validated in New
@@ -49,11 +50,12 @@ func (p *Protocol) Send(payload []byte, now time.Duration) (uint64, error) {
 	copy(dst, payload)
 	seq := p.nextSeq
 	p.nextSeq++
-	p.bundle.Retain(1)
-	w.Add(seq, msg{buf: p.bundle, off: offsetIn(p.bundle, dst), n: uint32(len(dst))})
-	p.own.highest = seq
+	// Only the slot write: the open bundle's messages enter the own window
+	// in one run when it is flushed or at the next entry point that looks
+	// at the window (publishOwn).
+	p.ownPend[p.ownN] = msg{ref: p.bundleRef, off: offsetIn(p.bundle, dst), n: uint32(len(dst))}
+	p.ownN++
 	p.stats.Sent++
-	p.markReady(p.own)
 	if p.bw.Count() >= p.cfg.MaxBundle {
 		p.flushBundle(now)
 	}
@@ -68,11 +70,33 @@ func (p *Protocol) Flush(now time.Duration) {
 	}
 }
 
+// publishOwn inserts the open bundle's messages sent since the last call
+// into the own window as one run (retained, deliverable to self). Called by
+// flushBundle and by every entry point that reads or changes the own
+// window (Poll, Receive, Tick, ForcePurge, CheckOverwrite,
+// OverwriteDigest).
+func (p *Protocol) publishOwn() {
+	n := p.ownN
+	if n == 0 {
+		return
+	}
+	p.ownN = 0
+	first := p.nextSeq - uint64(n)
+	r := p.own.win.AddRun(first, p.ownPend[:n])
+	p.holdRef(p.own, p.bundleRef, r.Added, p.nextSeq-1)
+	clear(p.ownPend[:n])
+	p.own.highest = p.nextSeq - 1
+	p.markReady(p.own)
+}
+
 func (p *Protocol) flushBundle(now time.Duration) {
+	p.publishOwn()
 	b := p.bundle
-	p.bundle = nil
+	ref := p.bundleRef
+	p.bundle, p.bundleRef = nil, nil
 	d := p.bw.Finish()
 	if d == nil {
+		p.dropRef(ref)
 		b.Release()
 		return
 	}
@@ -119,8 +143,9 @@ func (p *Protocol) sendFragmented(payload []byte, now time.Duration) (uint64, er
 		if err != nil {
 			panic(err)
 		}
-		b.Retain(1)
-		w.Add(f.Seq, msg{buf: b, off: uint32(wire.FragOverhead), n: uint32(len(part)), fi: uint32(i), fc: uint32(count)})
+		ref := p.newRef(b)
+		w.Add(f.Seq, msg{ref: ref, off: uint32(wire.FragOverhead), n: uint32(len(part)), fi: uint32(i), fc: uint32(count)})
+		p.holdRef(p.own, ref, 1, f.Seq)
 		p.emit(digest.Member{}, b, len(d))
 		p.stats.Bundles++
 	}

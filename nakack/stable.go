@@ -230,7 +230,7 @@ func applyStability[E wire.Entries](p *Protocol, d E, now time.Duration) {
 			continue
 		}
 		low := s.win.Low()
-		p.stats.Purged += uint64(s.win.Purge(e.Delivered, p.release))
+		p.stats.Purged += uint64(p.purgeWin(s, e.Delivered))
 		if s.win.Low() > low {
 			p.roomMade(s, now)
 		}
