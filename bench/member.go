@@ -483,10 +483,10 @@ wait:
 		}
 	}
 	<-sendDone
-	res.Stats = m.Stats()
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)
 	closeErr := m.Close(closeCtx)
 	cancelClose()
+	res.Stats = m.Stats() // after the drain: a sender's repairs happen there too
 	// The agent has stopped: the handler's state is ours to read.
 	res.Complete = true
 	for _, st := range states {

@@ -1,0 +1,366 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Network namespaces for multi-process runs. Everything is created inside
+// namespaces this process makes (named NetnsPrefix()...): a bridge
+// namespace holding the bridge and one end of each veth pair, and one
+// namespace per member holding the other end (eth0) with an address in
+// 10.199.0.0/24 and a route for 239.0.0.0/8. Nothing is added to the
+// namespace the command runs in, so the host's interfaces, addresses and
+// routes are never touched; deleting the namespaces deletes every link.
+
+// NetnsSubnet is the only address range used, and only inside the
+// namespaces created here.
+var NetnsSubnet = netip.MustParsePrefix("10.199.0.0/24")
+
+// ErrNetnsUnavailable is returned when network namespaces cannot be
+// created here (not root, no CAP_NET_ADMIN, no iproute2).
+var ErrNetnsUnavailable = errors.New("network namespaces unavailable")
+
+// NetnsPrefix is the name prefix of this process's namespaces.
+func NetnsPrefix() string { return fmt.Sprintf("nakcast-%d-", os.Getpid()) }
+
+// CheckNetns reports why namespaces cannot be created here, or nil.
+func CheckNetns() error {
+	if _, err := exec.LookPath("ip"); err != nil {
+		return fmt.Errorf("%w: the ip command (iproute2) is not installed", ErrNetnsUnavailable)
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("%w: needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN to create namespaces); run as root", ErrNetnsUnavailable)
+	}
+	return nil
+}
+
+// Netns is a set of member namespaces on a bridge.
+type Netns struct {
+	prefix  string
+	created []string // namespaces, in creation order
+	// Members are the member namespaces' names, Addrs their eth0
+	// addresses.
+	Members []string
+	Addrs   []netip.Addr
+	MTU     int
+}
+
+// SetupNetns creates n member namespaces on a bridge with veth pairs of
+// the given MTU (0: 1500). On failure it deletes what it created. The
+// caller must Close the result.
+func SetupNetns(ctx context.Context, n, mtu int) (*Netns, error) {
+	if err := CheckNetns(); err != nil {
+		return nil, err
+	}
+	if n < 1 || n > 250 {
+		return nil, fmt.Errorf("bench: netns: %d members: want 1..250", n)
+	}
+	if mtu == 0 {
+		mtu = 1500
+	}
+	if mtu < 576 || mtu > 65535 {
+		return nil, fmt.Errorf("bench: netns: MTU %d: want 576..65535", mtu)
+	}
+	ns := &Netns{prefix: NetnsPrefix(), MTU: mtu}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = ns.Close()
+		}
+	}()
+	br := ns.prefix + "br"
+	if err := ns.add(ctx, br); err != nil {
+		return nil, err
+	}
+	m := strconv.Itoa(mtu)
+	for _, args := range [][]string{
+		{"-n", br, "link", "set", "lo", "up"},
+		// Snooping off: with no querier on the bridge, multicast floods to
+		// every port, which is what the members need.
+		{"-n", br, "link", "add", "br0", "mtu", m, "type", "bridge", "mcast_snooping", "0"},
+		{"-n", br, "link", "set", "br0", "up"},
+	} {
+		if err := ipCmd(ctx, args...); err != nil {
+			return nil, err
+		}
+	}
+	for i := range n {
+		name := fmt.Sprintf("%sm%d", ns.prefix, i)
+		if err := ns.add(ctx, name); err != nil {
+			return nil, err
+		}
+		a := NetnsSubnet.Addr().As4()
+		a[3] = byte(i + 1)
+		addr := netip.AddrFrom4(a)
+		peer := fmt.Sprintf("v%d", i)
+		for _, args := range [][]string{
+			{"-n", name, "link", "set", "lo", "up"},
+			// Both ends are created in namespaces of ours: eth0 in the
+			// member's, the peer straight into the bridge's.
+			{"-n", name, "link", "add", "eth0", "mtu", m, "type", "veth", "peer", "name", peer, "mtu", m, "netns", br},
+			{"-n", br, "link", "set", peer, "master", "br0"},
+			{"-n", br, "link", "set", peer, "up"},
+			{"-n", name, "addr", "add", netip.PrefixFrom(addr, NetnsSubnet.Bits()).String(), "dev", "eth0"},
+			{"-n", name, "link", "set", "eth0", "up"},
+			{"-n", name, "route", "add", "239.0.0.0/8", "dev", "eth0"},
+		} {
+			if err := ipCmd(ctx, args...); err != nil {
+				return nil, err
+			}
+		}
+		ns.Members = append(ns.Members, name)
+		ns.Addrs = append(ns.Addrs, addr)
+	}
+	ok = true
+	return ns, nil
+}
+
+func (ns *Netns) add(ctx context.Context, name string) error {
+	if err := ipCmd(ctx, "netns", "add", name); err != nil {
+		return err
+	}
+	ns.created = append(ns.created, name)
+	return nil
+}
+
+// Close deletes every namespace created (and so every link in them), also
+// after a partial setup. It keeps going past errors and returns them
+// joined.
+func (ns *Netns) Close() error {
+	var errs []error
+	for i := len(ns.created) - 1; i >= 0; i-- {
+		if err := ipCmd(context.Background(), "netns", "del", ns.created[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	ns.created = nil
+	return errors.Join(errs...)
+}
+
+// Created lists the namespaces that exist now (for tests).
+func (ns *Netns) Created() []string { return append([]string(nil), ns.created...) }
+
+// Command returns a command running argv in member i's namespace.
+func (ns *Netns) Command(i int, argv ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", ns.Members[i]}, argv...)...)
+}
+
+func ipCmd(ctx context.Context, args ...string) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, "ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("bench: ip %s: %v: %s", strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// NetnsRunConfig configures RunNetns.
+type NetnsRunConfig struct {
+	// Member is the template of every member (Members, Senders, MsgSize,
+	// Count or Duration, Idle...); Interface, Unicast, TTL, Group and
+	// RunID are set per run. LossRate applies to the receivers only.
+	Member MemberConfig
+	// MTU of the veth pairs and the bridge (default 1500).
+	MTU int
+	// Exe is the member program and its leading arguments, for example
+	// {"/usr/bin/mcastbench", "member"}; MemberArgs are appended.
+	Exe []string
+	// Env is added to the member processes' environment.
+	Env []string
+	// Kill, if set, is called with member i's process once all are
+	// running (tests kill one).
+	Kill func(i int, p *os.Process)
+	// Progress, if set, receives one line per step.
+	Progress func(string)
+}
+
+// RunNetns sets up cfg.Member.Members namespaces, runs one member process
+// in each, starts them together, waits for them and returns their results
+// in view order (a member that wrote none has a zero result). The
+// namespaces are always deleted before it returns; cancelling ctx sends
+// SIGINT to the members (they finish their streams and report) and, if
+// they do not exit within 10 s, SIGKILL.
+func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
+	if len(cfg.Exe) == 0 {
+		return nil, errors.New("bench: RunNetns: Exe is empty")
+	}
+	mc := cfg.Member
+	if mc.Members == 0 {
+		mc.Members = 3
+	}
+	if len(mc.Senders) == 0 {
+		mc.Senders = []int{0}
+	}
+	mc.RunID = RandomRunID()
+	mc.Group = netip.MustParseAddrPort("239.77.1.1:45600")
+	mc.Interface = "eth0"
+	mc.TTL = 1
+	mc.AllowNonLoopback = true
+	if _, err := mc.withDefaults(); err != nil {
+		return nil, err
+	}
+	progress := cfg.Progress
+	if progress == nil {
+		progress = func(string) {}
+	}
+	progress(fmt.Sprintf("creating %d namespaces %s* (bridge, veth MTU %d)", mc.Members, NetnsPrefix(), max(cfg.MTU, 1500)))
+	ns, err := SetupNetns(ctx, mc.Members, cfg.MTU)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		progress("deleting the namespaces")
+		_ = ns.Close()
+	}()
+	dir, err := os.MkdirTemp("", "nakcast-netns-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+
+	senders := map[int]bool{}
+	for _, s := range mc.Senders {
+		senders[s] = true
+	}
+	type proc struct {
+		cmd    *exec.Cmd
+		stdin  io.WriteCloser
+		out    string
+		stderr bytes.Buffer
+		ready  chan error
+		done   chan error
+	}
+	procs := make([]*proc, mc.Members)
+	killAll := func(sig syscall.Signal) {
+		for _, p := range procs {
+			if p != nil && p.cmd.Process != nil {
+				_ = p.cmd.Process.Signal(sig)
+			}
+		}
+	}
+	defer func() {
+		// Whatever happened: no member process outlives the run.
+		for _, p := range procs {
+			if p == nil || p.cmd.Process == nil {
+				continue
+			}
+			select {
+			case <-p.done:
+			default:
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			}
+		}
+	}()
+	for i := range mc.Members {
+		c := mc
+		c.Index = i
+		c.Unicast = netip.AddrPortFrom(ns.Addrs[i], 0)
+		if senders[i] {
+			c.LossRate = 0
+		}
+		p := &proc{out: filepath.Join(dir, fmt.Sprintf("member%d.json", i)), ready: make(chan error, 1), done: make(chan error, 1)}
+		argv := append(append([]string(nil), cfg.Exe...), MemberArgs(c, p.out, true)...)
+		p.cmd = ns.Command(i, argv...)
+		p.cmd.Env = append(os.Environ(), cfg.Env...)
+		p.cmd.Stderr = &p.stderr
+		// Own process group: a Ctrl-C at the terminal reaches the
+		// members through us, in order.
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		p.stdin, err = p.cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		stdout, err := p.cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := p.cmd.Start(); err != nil {
+			return nil, fmt.Errorf("bench: member %d: %w", i, err)
+		}
+		procs[i] = p
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				if sc.Text() == ReadyLine {
+					p.ready <- nil
+					_, _ = io.Copy(io.Discard, stdout)
+					return
+				}
+			}
+			p.ready <- errors.New("exited before it was ready")
+		}()
+		go func() { p.done <- p.cmd.Wait(); close(p.done) }()
+	}
+	progress(fmt.Sprintf("started %d member processes; waiting until every one is open", mc.Members))
+	for i, p := range procs {
+		select {
+		case err := <-p.ready:
+			if err != nil {
+				return nil, fmt.Errorf("bench: member %d %s: %s", i, err, strings.TrimSpace(p.stderr.String()))
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(30 * time.Second):
+			return nil, fmt.Errorf("bench: member %d: not open after 30s: %s", i, strings.TrimSpace(p.stderr.String()))
+		}
+	}
+	for _, p := range procs {
+		_, _ = p.stdin.Write([]byte("go\n"))
+	}
+	progress("running")
+	if cfg.Kill != nil {
+		for i, p := range procs {
+			cfg.Kill(i, p.cmd.Process)
+		}
+	}
+	var errs []error
+	interrupted := false
+	for i, p := range procs {
+	wait:
+		for {
+			select {
+			case err := <-p.done:
+				if err != nil {
+					errs = append(errs, fmt.Errorf("bench: member %d: %v: %s", i, err, strings.TrimSpace(p.stderr.String())))
+				}
+				break wait
+			case <-ctx.Done():
+				if !interrupted {
+					interrupted = true
+					killAll(syscall.SIGINT)
+					time.AfterFunc(10*time.Second, func() { killAll(syscall.SIGKILL) })
+				}
+				ctx = context.Background()
+			}
+		}
+	}
+	results := make([]MemberResult, mc.Members)
+	for i, p := range procs {
+		b, err := os.ReadFile(p.out)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bench: member %d wrote no result", i))
+			results[i].Index = i
+			continue
+		}
+		if err := json.Unmarshal(b, &results[i]); err != nil {
+			errs = append(errs, fmt.Errorf("bench: member %d: result: %w", i, err))
+		}
+	}
+	return results, errors.Join(errs...)
+}

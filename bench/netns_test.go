@@ -1,0 +1,125 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// memberEnv makes the test binary run MemberMain instead of the tests: the
+// netns tests start it as their member processes.
+const memberEnv = "NAKCAST_BENCH_MEMBER_PROCESS"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(memberEnv) == "1" {
+		if err := MemberMain(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "member:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// needNetns skips without root or iproute2.
+func needNetns(t *testing.T) {
+	t.Helper()
+	if err := CheckNetns(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+}
+
+// ourNamespaces lists the namespaces with this process's prefix.
+func ourNamespaces(t *testing.T) []string {
+	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	require.NoError(t, err, string(out))
+	var ns []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[0], NetnsPrefix()) {
+			ns = append(ns, f[0])
+		}
+	}
+	return ns
+}
+
+// rootLinks lists the links of the namespace the test runs in.
+func rootLinks(t *testing.T) string {
+	out, err := exec.Command("ip", "-o", "link", "show").CombinedOutput()
+	require.NoError(t, err, string(out))
+	var names []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) > 1 {
+			names = append(names, strings.Split(f[1], "@")[0])
+		}
+	}
+	return strings.Join(names, " ")
+}
+
+func TestNetnsSetupAndTeardown(t *testing.T) {
+	needNetns(t)
+	before := rootLinks(t)
+	ns, err := SetupNetns(context.Background(), 2, 1500)
+	require.NoError(t, err, "namespace creation failed: refusing to run anything")
+	require.Len(t, ourNamespaces(t), 3)
+	require.Equal(t, before, rootLinks(t), "the root namespace's links changed")
+	out, err := ns.Command(0, "ip", "-o", "addr", "show", "dev", "eth0").CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "10.199.0.1/24")
+	out, err = ns.Command(0, "ping", "-c", "1", "-W", "2", "10.199.0.2").CombinedOutput()
+	if _, lerr := exec.LookPath("ping"); lerr == nil {
+		require.NoError(t, err, string(out))
+	}
+	require.NoError(t, ns.Close())
+	require.Empty(t, ourNamespaces(t))
+	require.Equal(t, before, rootLinks(t))
+}
+
+func TestNetnsSetupFailureCleansUp(t *testing.T) {
+	needNetns(t)
+	_, err := SetupNetns(context.Background(), 2, 100) // MTU refused before anything is made
+	require.Error(t, err)
+	require.Empty(t, ourNamespaces(t))
+}
+
+func TestNetnsThreeMembers(t *testing.T) {
+	needNetns(t)
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	count := int64(20000)
+	if raceEnabled {
+		count = 5000
+	}
+	before := rootLinks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rs, err := RunNetns(ctx, NetnsRunConfig{
+		Member:   MemberConfig{Members: 3, MsgSize: 200, Count: count, LossRate: 0.05, Timeout: time.Minute},
+		Exe:      []string{exe},
+		Env:      []string{memberEnv + "=1"},
+		Progress: func(s string) { t.Log(s) },
+	})
+	require.NoError(t, err)
+	require.Empty(t, ourNamespaces(t), "namespaces left behind")
+	require.Equal(t, before, rootLinks(t))
+	require.Empty(t, Verify(rs))
+	var injected, repaired uint64
+	for _, r := range rs {
+		require.True(t, r.Complete, "member %d", r.Index)
+		require.Equal(t, "eth0", r.Interface)
+		require.Len(t, r.Senders, 1)
+		require.Equal(t, count, r.Senders[0].Delivered, "member %d", r.Index)
+		injected += r.Stats.Drops.Injected
+		repaired += r.Stats.Retransmitted
+	}
+	require.Positive(t, injected, "no loss was injected")
+	require.Positive(t, repaired, "loss injected but nothing repaired")
+	row := GroupRow("netns", "loss 5%", rs, 1472)
+	require.True(t, row.Verified, row.Note)
+	t.Logf("%s msgs/s, p99 %v, %d repaired", FormatRate(row.MsgsPerSec), time.Duration(row.Latency.P99Ns), row.Retransmitted)
+}
