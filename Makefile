@@ -60,3 +60,20 @@ sim-long:
 
 clean:
 	$(GO) clean -testcache
+
+# Regenerate bench/RESULTS.md (loopback, and network namespaces as root):
+# the numbers in it come only from this target.
+.PHONY: bench-results bench-compare
+bench-results:
+	$(GO) run ./cmd/mcastbench results -o bench/RESULTS.md -command 'make bench-results'
+
+# Package benchmarks at BASE (default HEAD~1) and at the working tree,
+# 5 runs each, compared with benchstat.
+BASE         ?= HEAD~1
+BENCHSTAT    ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+COMPARE_PKGS ?= ./ring/ ./wire/ ./nakack/
+bench-compare:
+	@rm -rf /tmp/nakcast-base && mkdir -p /tmp/nakcast-base && git archive $(BASE) | tar -x -C /tmp/nakcast-base
+	cd /tmp/nakcast-base && $(GO) test -run '^$$' -bench . -benchmem -count 5 -benchtime=200ms $(COMPARE_PKGS) > /tmp/nakcast-bench-base.txt
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 -benchtime=200ms $(COMPARE_PKGS) > /tmp/nakcast-bench-head.txt
+	$(GO) run $(BENCHSTAT) /tmp/nakcast-bench-base.txt /tmp/nakcast-bench-head.txt

@@ -138,6 +138,14 @@ func sampleEvery(flagValue, size int) int {
 	return 16
 }
 
+// groupOrZero is the -group flag, or the zero value when unset.
+func (f *engineFlags) groupOrZero() netip.AddrPort {
+	if f.group == "" {
+		return netip.AddrPort{}
+	}
+	return netip.MustParseAddrPort(f.group)
+}
+
 // outputFlags are the result files every mode can write.
 type outputFlags struct {
 	jsonFile, csvFile string

@@ -12,6 +12,7 @@
 //	mcastbench raw [flags]          the raw bundler alone
 //	mcastbench member [flags]       one member as its own process, JSON result
 //	mcastbench netns [flags]        members in network namespaces (root)
+//	mcastbench results [flags]      regenerate bench/RESULTS.md
 //
 // Every mode takes -h. Invalid flags exit with status 2; a run that cannot
 // start exits with status 1 and says what is missing. Ctrl-C stops a run
@@ -47,6 +48,7 @@ modes:
   raw         the raw batched UDP bundler alone
   member      one engine member as its own process (JSON result)
   netns       one member per network namespace on a bridge (root)
+  results     regenerate bench/RESULTS.md (make bench-results)
 
 run "mcastbench MODE -h" for the flags of a mode.
 `
@@ -77,6 +79,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runMember(ctx, args, stdout, stderr)
 	case "netns":
 		err = runNetns(ctx, args, stdout, stderr)
+	case "results":
+		err = runResults(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, topUsage)
 		return 0

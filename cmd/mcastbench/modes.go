@@ -48,37 +48,9 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("-loss %v: want 0 <= loss < 1", *loss)
 	}
 	fmt.Fprintf(stdout, "mcastbench: loopback, 1 sender -> 2 receivers, %v per measurement, %d cores, %s\n", *duration, runtime.NumCPU(), runtime.Version())
-	var rows []bench.Row
-	var members [][]bench.MemberResult
-	var firstErr error
-	for _, size := range ss {
-		if ctx.Err() != nil {
-			break
-		}
-		rawCfg := bench.RawConfig{MsgSize: size, DatagramSize: loopbackDatagram, Duration: *duration, Receivers: 2, Batch: engine.DefaultBatchSize}
-		progress(stderr, fmt.Sprintf("raw %s", bench.FormatBytes(size)))
-		raw, err := bench.RunRaw(ctx, rawCfg)
-		if err != nil {
-			return fmt.Errorf("raw baseline %d B: %w", size, err)
-		}
-		rows = append(rows, bench.RawRow("loopback", rawCfg, raw))
-		cases := []float64{0}
-		if *loss > 0 {
-			cases = append(cases, *loss)
-		}
-		for _, l := range cases {
-			if ctx.Err() != nil {
-				break
-			}
-			cfg := bench.MemberConfig{Members: 3, MsgSize: size, Duration: *duration, SampleEvery: sampleEvery(0, size), Interface: "lo"}
-			name := caseName(l)
-			rs, err := runGroup(ctx, cfg, l, fmt.Sprintf("nakcast %s %s", bench.FormatBytes(size), name), out.stats, stderr)
-			if err != nil && firstErr == nil && ctx.Err() == nil {
-				firstErr = fmt.Errorf("nakcast %d B %s: %w", size, name, err)
-			}
-			rows = append(rows, bench.GroupRow("loopback", name, rs, loopbackDatagram))
-			members = append(members, rs)
-		}
+	rows, members, firstErr := loopbackSuite(ctx, ss, *duration, *loss, out.stats, stderr)
+	if firstErr != nil && len(rows) == 0 {
+		return firstErr
 	}
 	progressDone(stderr)
 	bench.SetRatios(rows)
@@ -94,6 +66,46 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	return firstErr
+}
+
+// loopbackSuite measures, per message size, the raw bundler and nakcast
+// (lossless, and with loss at the receivers when loss > 0), 1 sender and 2
+// receivers on loopback with 64 KB datagrams.
+func loopbackSuite(ctx context.Context, sizes []int, duration time.Duration, loss float64, statsEvery time.Duration, stderr io.Writer) ([]bench.Row, [][]bench.MemberResult, error) {
+	var rows []bench.Row
+	var members [][]bench.MemberResult
+	var firstErr error
+	for _, size := range sizes {
+		if ctx.Err() != nil {
+			break
+		}
+		rawCfg := bench.RawConfig{MsgSize: size, DatagramSize: loopbackDatagram, Duration: duration, Receivers: 2, Batch: engine.DefaultBatchSize}
+		progress(stderr, fmt.Sprintf("raw %s", bench.FormatBytes(size)))
+		raw, err := bench.RunRaw(ctx, rawCfg)
+		if err != nil {
+			return rows, members, fmt.Errorf("raw baseline %d B: %w", size, err)
+		}
+		rows = append(rows, bench.RawRow("loopback", rawCfg, raw))
+		cases := []float64{0}
+		if loss > 0 {
+			cases = append(cases, loss)
+		}
+		for _, l := range cases {
+			if ctx.Err() != nil {
+				break
+			}
+			cfg := bench.MemberConfig{Members: 3, MsgSize: size, Duration: duration, SampleEvery: sampleEvery(0, size), Interface: "lo"}
+			name := caseName(l)
+			rs, err := runGroup(ctx, cfg, l, fmt.Sprintf("nakcast %s %s", bench.FormatBytes(size), name), statsEvery, stderr)
+			if err != nil && firstErr == nil && ctx.Err() == nil {
+				firstErr = fmt.Errorf("nakcast %d B %s: %w", size, name, err)
+			}
+			rows = append(rows, bench.GroupRow("loopback", name, rs, loopbackDatagram))
+			members = append(members, rs)
+		}
+	}
+	progressDone(stderr)
+	return rows, members, firstErr
 }
 
 func caseName(loss float64) string {
