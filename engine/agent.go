@@ -417,7 +417,7 @@ func (a *agent) drainSend(now time.Duration) int {
 				continue
 			}
 			if m.cfg.RateLimit > 0 && !a.takeTokens(int(s.n), now) {
-				return work
+				return work + a.flushHeld(now)
 			}
 			if lim := uint64(m.cfg.InFlightBytes); lim > 0 {
 				if f := a.inFlight(low); f > 0 && f+uint64(s.n) > lim {
@@ -426,7 +426,7 @@ func (a *agent) drainSend(now time.Duration) int {
 						m.ctr.flowControlWaits.Add(1)
 						a.protoFull = true
 					}
-					return work
+					return work + a.flushHeld(now)
 				}
 			}
 			if _, err := p.Send(m.q.payload(seq, s), now); err != nil {
@@ -437,7 +437,7 @@ func (a *agent) drainSend(now time.Duration) int {
 						m.ctr.protocolBackPressure.Add(1)
 						a.protoFull = true
 					}
-					return work
+					return work + a.flushHeld(now)
 				}
 				m.ctr.sendErrors.Add(1)
 				m.log.rateLimited("send", err)
@@ -463,6 +463,22 @@ func (a *agent) drainSend(now time.Duration) int {
 		work++
 	}
 	return work
+}
+
+// flushHeld flushes the open bundle when the agent stops handing messages
+// to the protocol for a while (rate limit, flow control, back-pressure):
+// what it holds should not wait for the hold to end. It also avoids keeping
+// a bundle open across a stability purge of its own messages: nakack as of
+// dea4fbc releases the open bundle's buffer reference on such a purge and
+// the next Send into the bundle dereferences it (BundleDelay still keeps
+// bundles open across iterations and is exposed to that until fixed).
+func (a *agent) flushHeld(now time.Duration) int {
+	if !a.unflushed {
+		return 0
+	}
+	a.m.proto.Flush(now)
+	a.unflushed = false
+	return 1
 }
 
 // takeTokens is a token bucket over payload bytes with a burst of one
