@@ -34,7 +34,10 @@
 // bundle, a pooled buffer of Config.MaxDatagram bytes; the bundle goes to the
 // outbox when it is full or on Flush. Every own message is retained (a
 // reference into the bundle buffer) until stability purges it, and delivered
-// to self through Poll like anyone else's. When the own retention window is
+// to self through Poll like anyone else's. Send itself only copies the
+// payload and writes a slot: the open bundle's messages enter the own window
+// as one run when it is flushed or at the next entry point that looks at the
+// window (Poll, Receive, Tick, ForcePurge, CheckOverwrite, OverwriteDigest). When the own retention window is
 // full Send returns ErrBackPressure before claiming a seqno. Messages larger
 // than one bundle are split into fragments, each with its own seqno, all
 // claimed in one step.
@@ -60,8 +63,12 @@
 // # Receiver side
 //
 // One window (ring.Window) per sender; a bundle is inserted as one run, each
-// stored message a reference into the received wire.Buffer (retained, released
-// on purge). Duplicates and already delivered seqnos are dropped and counted.
+// stored message a reference into the received wire.Buffer. The datagram is
+// the unit of refcounting: a window takes one buffer reference per datagram
+// it stores anything from and releases it when its low passes the highest
+// seqno stored from it (nothing per message on insert or purge). Poll hands
+// runs of whole messages to a BatchHandler's DeliverBatch in one call, or to
+// Handler.Deliver one by one. Duplicates and already delivered seqnos are dropped and counted.
 // Datagrams from senders that have no window yet are held in a small bounded
 // queue until InstallView/SetDigest decides (then inserted or dropped,
 // counted). Missing ranges, including a tail up to a highest seqno learned
