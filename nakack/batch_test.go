@@ -162,3 +162,38 @@ func BenchmarkReceiveDeliverPrebuilt(b *testing.B) {
 func setFirst(d *wire.Buffer, first uint64) {
 	binary.LittleEndian.PutUint64(d.B[wire.HeaderLen:], first)
 }
+
+// TestPurgeOwnOpenBundle: in a one-member view stability purges own
+// messages still in the open bundle (published to the window by Poll); the
+// bundle keeps its reference bookkeeping, later messages of the same bundle
+// are retained afresh, and every buffer returns to the pool in the end.
+func TestPurgeOwnOpenBundle(t *testing.T) {
+	c := newCluster(t, nil, mA)
+	a := c.p(mA)
+	send := func(ps ...string) {
+		for _, s := range ps {
+			_, err := a.Send([]byte(s), c.now)
+			require.NoError(t, err)
+		}
+	}
+	send(payloads("a", 1, 3)...)
+	a.Poll(c.rec(mA), 1<<30)
+	a.sendStable(c.now) // coordinator of itself: folds, purges 1..3
+	e, _ := a.WindowState(mA)
+	require.Equal(t, uint64(3), e.Low)
+	require.Empty(t, a.Outbox(), "bundle still open")
+	send(payloads("a", 4, 6)...)
+	a.Poll(c.rec(mA), 1<<30)
+	a.Flush(c.now)
+	c.take()
+	require.Equal(t, span(1, 6), c.rec(mA).seqs(mA))
+	require.Equal(t, int64(1), c.pool.Stats().OutstandingBuffers, "4..6 retained")
+	a.sendStable(c.now)
+	require.Zero(t, c.pool.Stats().OutstandingBuffers)
+	send("a7")
+	a.Flush(c.now)
+	c.take()
+	a.Poll(c.rec(mA), 1<<30)
+	a.sendStable(c.now)
+	require.Zero(t, c.pool.Stats().OutstandingBuffers)
+}

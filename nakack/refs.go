@@ -72,6 +72,13 @@ func (p *Protocol) releaseRefs(s *sender, upto uint64) {
 		d := s.refs[i]
 		s.refs[i] = nil
 		d.buf.Release()
+		if d == p.bundleRef {
+			// The open bundle (a purge of own messages before it was
+			// flushed, e.g. a one-member view): it keeps its dref; what
+			// it publishes next is held and queued afresh.
+			d.held, d.maxSeq = false, 0
+			continue
+		}
 		*d = dref{}
 		p.freeRefs = append(p.freeRefs, d)
 	}
