@@ -24,6 +24,7 @@ func BenchmarkRawBundler(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(res.MsgsPerSec, "msgs/s")
+			b.ReportMetric(res.SendMsgsPerSec, "sent-msgs/s")
 			b.ReportMetric(res.MBPerSec, "MB/s")
 			b.ReportMetric(res.LossPct, "loss%")
 		})
