@@ -10,8 +10,9 @@ import (
 )
 
 // fakeProto is a small NAKACK model for gms unit tests that exercise gms
-// alone (JoinRsp validation, the seed-002 digest rule, captures); the issue-4
-// scenarios run on the real nakack (realnak_test.go). It models per-sender
+// alone without a network (JoinRsp validation: TestJoinRspRejectsDigestMismatch;
+// TestJoinFormsOneView); every issue-4 scenario, seed 002 included, runs on
+// the real nakack (realnak_test.go, seed002_test.go). It models per-sender
 // windows, NAKs answered by the original sender (or by any holder once the
 // sender departed), MSG_NOT_FOUND for purged
 // seqnos, STABLE/STABILITY with the capture rule, set/merge/overwrite
@@ -509,12 +510,4 @@ func (p *fakeProto) CloseWindow(sender digest.Member, now time.Duration) {
 	p.pollWin(sender, w)
 	p.closed[sender] = w.hd
 	delete(p.wins, sender)
-}
-
-// forcePurge purges a window regardless of stability (seed 002's forced
-// purge).
-func (p *fakeProto) forcePurge(sender digest.Member, upto uint64) {
-	if w := p.wins[sender]; w != nil {
-		w.purge(upto)
-	}
 }
