@@ -314,7 +314,27 @@ type MemberResult struct {
 	Error string `json:"error,omitempty"`
 	// Stats are the engine's counters at the end.
 	Stats engine.Stats `json:"stats"`
+	// Timeline samples, every TimelineInterval from the start of sending,
+	// how many messages of the other senders this member had delivered
+	// (for throughput over time); at most MaxTimeline samples.
+	Timeline []TimelineSample `json:"timeline,omitempty"`
 }
+
+// TimelineSample is one point of MemberResult.Timeline: at Ns
+// (CLOCK_MONOTONIC), Delivered messages of other senders (counted in steps
+// of timelineStep, exact at the end).
+type TimelineSample struct {
+	Ns        int64 `json:"ns"`
+	Delivered int64 `json:"delivered"`
+}
+
+// TimelineInterval is the sampling period of MemberResult.Timeline and
+// MaxTimeline its length bound.
+const (
+	TimelineInterval = 100 * time.Millisecond
+	MaxTimeline      = 36000
+	timelineStep     = 64
+)
 
 // recvState is one sender's delivery bookkeeping, owned by the agent
 // goroutine that calls the handler.
@@ -326,6 +346,9 @@ type recvState struct {
 	bytes    int64
 	scratch  [12]byte
 	complete atomic.Bool
+	// progress is Delivered, published every timelineStep deliveries
+	// for the timeline sampler.
+	progress atomic.Int64
 }
 
 // memberHandler records deliveries of every sender; it allocates nothing
@@ -364,6 +387,9 @@ func (h *memberHandler) Deliver(sender digest.Member, seq uint64, p []byte) {
 	}
 	r.Delivered++
 	r.LastSeq = seq
+	if r.Delivered%timelineStep == 0 {
+		st.progress.Store(r.Delivered)
+	}
 	st.bytes += int64(len(p))
 	binary.LittleEndian.PutUint64(st.scratch[:8], seq)
 	binary.LittleEndian.PutUint32(st.scratch[8:], uint32(len(p)))
@@ -386,6 +412,9 @@ func (h *memberHandler) Deliver(sender digest.Member, seq uint64, p []byte) {
 			_ = st.hist.RecordValue(max(now-int64(binary.LittleEndian.Uint64(p)), histLowest))
 		}
 		r.LastDeliverNs = now
+	}
+	if last {
+		st.progress.Store(r.Delivered)
 	}
 	if last && !st.complete.Swap(true) {
 		if h.pending.Add(-1) == 0 {
@@ -436,7 +465,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 	}
 	m, err := engine.Open(ctx, cfg.engineConfig(h))
 	if err != nil {
-		return res, fmt.Errorf("bench: member %d: %w", cfg.Index, err)
+		return MemberResult{}, fmt.Errorf("bench: member %d: %w", cfg.Index, err)
 	}
 	if cfg.Ready != nil {
 		cfg.Ready(m)
@@ -463,6 +492,26 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 		close(sendDone)
 	}
 
+	others := make([]*recvState, 0, len(states))
+	for _, st := range states {
+		if st.res.Index != cfg.Index {
+			others = append(others, st)
+		}
+	}
+	sample := func() {
+		if len(res.Timeline) >= MaxTimeline {
+			return
+		}
+		var n int64
+		for _, st := range others {
+			n += st.progress.Load()
+		}
+		res.Timeline = append(res.Timeline, TimelineSample{Ns: Nanotime(), Delivered: n})
+	}
+	sample()
+	tick := time.NewTicker(TimelineInterval)
+	defer tick.Stop()
+
 	var graceC <-chan time.Time
 	ctxDone := ctx.Done()
 	timedOut := false
@@ -471,6 +520,8 @@ wait:
 		select {
 		case <-h.done:
 			break wait
+		case <-tick.C:
+			sample()
 		case <-ctxDone:
 			res.Interrupted = true
 			ctxDone = nil
@@ -482,6 +533,7 @@ wait:
 			break wait
 		}
 	}
+	sample()
 	<-sendDone
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)
 	closeErr := m.Close(closeCtx)

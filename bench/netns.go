@@ -175,7 +175,12 @@ type NetnsRunConfig struct {
 	// Count or Duration, Idle...); Interface, Unicast, TTL, Group and
 	// RunID are set per run. LossRate applies to the receivers only.
 	Member MemberConfig
-	// MTU of the veth pairs and the bridge (default 1500).
+	// Netns, if set, are namespaces made by SetupNetns to run in (at least
+	// Member.Members of them); the caller keeps them and closes them.
+	// Otherwise RunNetns makes its own and always deletes them.
+	Netns *Netns
+	// MTU of the veth pairs and the bridge (default 1500) when RunNetns
+	// makes the namespaces.
 	MTU int
 	// Exe is the member program and its leading arguments, for example
 	// {"/usr/bin/mcastbench", "member"}; MemberArgs are appended.
@@ -189,12 +194,16 @@ type NetnsRunConfig struct {
 	Progress func(string)
 }
 
-// RunNetns sets up cfg.Member.Members namespaces, runs one member process
-// in each, starts them together, waits for them and returns their results
-// in view order (a member that wrote none has a zero result). The
-// namespaces are always deleted before it returns; cancelling ctx sends
-// SIGINT to the members (they finish their streams and report) and, if
-// they do not exit within 10 s, SIGKILL.
+// NetnsGroup is the group of runs in namespaces: it only exists inside
+// them.
+var NetnsGroup = netip.MustParseAddrPort("239.77.1.1:45600")
+
+// RunNetns runs one member process per namespace (making the namespaces
+// unless cfg.Netns is set), starts them together, waits for them and
+// returns their results in view order (a member that wrote none has a zero
+// result). Namespaces it made are always deleted before it returns;
+// cancelling ctx sends SIGINT to the members (they finish their streams and
+// report) and, if they do not exit within 10 s, SIGKILL.
 func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 	if len(cfg.Exe) == 0 {
 		return nil, errors.New("bench: RunNetns: Exe is empty")
@@ -207,26 +216,19 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 		mc.Senders = []int{0}
 	}
 	mc.RunID = RandomRunID()
-	mc.Group = netip.MustParseAddrPort("239.77.1.1:45600")
+	mc.Group = NetnsGroup
 	mc.Interface = "eth0"
 	mc.TTL = 1
 	mc.AllowNonLoopback = true
 	if _, err := mc.withDefaults(); err != nil {
 		return nil, err
 	}
-	progress := cfg.Progress
-	if progress == nil {
-		progress = func(string) {}
-	}
-	progress(fmt.Sprintf("creating %d namespaces %s* (bridge, veth MTU %d)", mc.Members, NetnsPrefix(), max(cfg.MTU, 1500)))
-	ns, err := SetupNetns(ctx, mc.Members, cfg.MTU)
+	progress := progressFunc(cfg.Progress)
+	ns, done, err := useNetns(ctx, cfg.Netns, mc.Members, cfg.MTU, progress)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		progress("deleting the namespaces")
-		_ = ns.Close()
-	}()
+	defer done()
 	dir, err := os.MkdirTemp("", "nakcast-netns-")
 	if err != nil {
 		return nil, err
@@ -237,15 +239,164 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 	for _, s := range mc.Senders {
 		senders[s] = true
 	}
+	specs := make([]procSpec, mc.Members)
+	for i := range specs {
+		c := mc
+		c.Index = i
+		c.Unicast = netip.AddrPortFrom(ns.Addrs[i], 0)
+		if senders[i] {
+			c.LossRate = 0
+		}
+		out := filepath.Join(dir, fmt.Sprintf("member%d.json", i))
+		specs[i] = procSpec{argv: append(append([]string(nil), cfg.Exe...), MemberArgs(c, out, true)...), out: out}
+	}
+	errs := []error{runNetnsProcs(ctx, ns, specs, cfg.Env, cfg.Kill, progress)}
+	results := make([]MemberResult, mc.Members)
+	for i, sp := range specs {
+		b, err := os.ReadFile(sp.out)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bench: member %d wrote no result", i))
+			results[i].Index = i
+			continue
+		}
+		if err := json.Unmarshal(b, &results[i]); err != nil {
+			errs = append(errs, fmt.Errorf("bench: member %d: result: %w", i, err))
+		}
+	}
+	return results, errors.Join(errs...)
+}
+
+// NetnsRawConfig configures RunNetnsRaw.
+type NetnsRawConfig struct {
+	// Raw gives the message and datagram sizes, Duration or Count, Batch,
+	// RecvBuffer and Drain; Group, Interface, Unicast, TTL and
+	// AllowNonLoopback are set by RunNetnsRaw (the namespaces' eth0).
+	Raw RawConfig
+	// Members is the number of member processes (default 3): member 0
+	// sends, the others receive.
+	Members int
+	// Netns, MTU, Exe (for example {"/usr/bin/mcastbench", "raw-member"};
+	// RawMemberArgs are appended), Env and Progress are as in
+	// NetnsRunConfig.
+	Netns    *Netns
+	MTU      int
+	Exe      []string
+	Env      []string
+	Progress func(string)
+}
+
+// RunNetnsRaw measures the raw bundler between namespaces: one raw member
+// process per namespace, member 0 sending, the others receiving, started
+// together like RunNetns. It returns the combined result (the slowest
+// receiver's rate, from the sender's first send to that receiver's last
+// datagram, CLOCK_MONOTONIC being shared by the processes) and every
+// member's own.
+func RunNetnsRaw(ctx context.Context, cfg NetnsRawConfig) (RawResult, []RawMemberResult, error) {
+	if len(cfg.Exe) == 0 {
+		return RawResult{}, nil, errors.New("bench: RunNetnsRaw: Exe is empty")
+	}
+	if cfg.Members == 0 {
+		cfg.Members = 3
+	}
+	if cfg.Members < 2 {
+		return RawResult{}, nil, fmt.Errorf("bench: RunNetnsRaw: Members %d: want at least 2 (a sender and a receiver)", cfg.Members)
+	}
+	rc := cfg.Raw
+	rc.Group, rc.Interface, rc.TTL, rc.AllowNonLoopback, rc.Receivers = NetnsGroup, "eth0", 1, true, cfg.Members-1
+	if rc.Drain == 0 {
+		rc.Drain = 500 * time.Millisecond // separate processes: allow for a scheduling hiccup
+	}
+	if _, err := rc.withDefaults(); err != nil {
+		return RawResult{}, nil, err
+	}
+	progress := progressFunc(cfg.Progress)
+	ns, done, err := useNetns(ctx, cfg.Netns, cfg.Members, cfg.MTU, progress)
+	if err != nil {
+		return RawResult{}, nil, err
+	}
+	defer done()
+	dir, err := os.MkdirTemp("", "nakcast-netns-raw-")
+	if err != nil {
+		return RawResult{}, nil, err
+	}
+	defer os.RemoveAll(dir)
+	specs := make([]procSpec, cfg.Members)
+	for i := range specs {
+		c := RawMemberConfig{Raw: rc, Index: i, Send: i == 0}
+		c.Raw.Unicast = netip.AddrPortFrom(ns.Addrs[i], 0)
+		out := filepath.Join(dir, fmt.Sprintf("raw%d.json", i))
+		specs[i] = procSpec{argv: append(append([]string(nil), cfg.Exe...), RawMemberArgs(c, out, true)...), out: out}
+	}
+	errs := []error{runNetnsProcs(ctx, ns, specs, cfg.Env, nil, progress)}
+	results := make([]RawMemberResult, cfg.Members)
+	for i, sp := range specs {
+		results[i].Index = i
+		b, err := os.ReadFile(sp.out)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("bench: raw member %d wrote no result", i))
+			continue
+		}
+		if err := json.Unmarshal(b, &results[i]); err != nil {
+			errs = append(errs, fmt.Errorf("bench: raw member %d: result: %w", i, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return RawResult{}, results, err
+	}
+	res, err := CombineRaw(results)
+	return res, results, err
+}
+
+func progressFunc(f func(string)) func(string) {
+	if f == nil {
+		return func(string) {}
+	}
+	return f
+}
+
+// useNetns returns the namespaces given, or makes n of them; done deletes
+// the ones it made.
+func useNetns(ctx context.Context, given *Netns, n, mtu int, progress func(string)) (*Netns, func(), error) {
+	if given != nil {
+		if len(given.Members) < n {
+			return nil, nil, fmt.Errorf("bench: netns: %d members, only %d namespaces", n, len(given.Members))
+		}
+		return given, func() {}, nil
+	}
+	if mtu == 0 {
+		mtu = 1500
+	}
+	progress(fmt.Sprintf("creating %d namespaces %s* (bridge, veth MTU %d)", n, NetnsPrefix(), mtu))
+	ns, err := SetupNetns(ctx, n, mtu)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ns, func() {
+		progress("deleting the namespaces")
+		_ = ns.Close()
+	}, nil
+}
+
+// procSpec is one member process: its command line and result file.
+type procSpec struct {
+	argv []string
+	out  string
+}
+
+// runNetnsProcs runs specs[i] in member namespace i with -wait-start
+// semantics: it waits until every process printed ReadyLine, writes the
+// start line to all, calls kill (if set) for each, and waits for every one
+// to exit. Cancelling ctx sends SIGINT to all, then SIGKILL after 10 s. No
+// process outlives the call.
+func runNetnsProcs(ctx context.Context, ns *Netns, specs []procSpec, env []string, kill func(int, *os.Process), progress func(string)) error {
 	type proc struct {
 		cmd    *exec.Cmd
 		stdin  io.WriteCloser
-		out    string
 		stderr bytes.Buffer
 		ready  chan error
 		done   chan error
 	}
-	procs := make([]*proc, mc.Members)
+	procs := make([]*proc, len(specs))
 	killAll := func(sig syscall.Signal) {
 		for _, p := range procs {
 			if p != nil && p.cmd.Process != nil {
@@ -267,31 +418,25 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 			}
 		}
 	}()
-	for i := range mc.Members {
-		c := mc
-		c.Index = i
-		c.Unicast = netip.AddrPortFrom(ns.Addrs[i], 0)
-		if senders[i] {
-			c.LossRate = 0
-		}
-		p := &proc{out: filepath.Join(dir, fmt.Sprintf("member%d.json", i)), ready: make(chan error, 1), done: make(chan error, 1)}
-		argv := append(append([]string(nil), cfg.Exe...), MemberArgs(c, p.out, true)...)
-		p.cmd = ns.Command(i, argv...)
-		p.cmd.Env = append(os.Environ(), cfg.Env...)
+	for i, sp := range specs {
+		p := &proc{ready: make(chan error, 1), done: make(chan error, 1)}
+		p.cmd = ns.Command(i, sp.argv...)
+		p.cmd.Env = append(os.Environ(), env...)
 		p.cmd.Stderr = &p.stderr
 		// Own process group: a Ctrl-C at the terminal reaches the
 		// members through us, in order.
 		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		var err error
 		p.stdin, err = p.cmd.StdinPipe()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		stdout, err := p.cmd.StdoutPipe()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := p.cmd.Start(); err != nil {
-			return nil, fmt.Errorf("bench: member %d: %w", i, err)
+			return fmt.Errorf("bench: member %d: %w", i, err)
 		}
 		procs[i] = p
 		go func() {
@@ -307,26 +452,27 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 		}()
 		go func() { p.done <- p.cmd.Wait(); close(p.done) }()
 	}
-	progress(fmt.Sprintf("started %d member processes; waiting until every one is open", mc.Members))
+	progress(fmt.Sprintf("started %d member processes; waiting until every one is open", len(procs)))
 	for i, p := range procs {
 		select {
 		case err := <-p.ready:
 			if err != nil {
-				return nil, fmt.Errorf("bench: member %d %s: %s", i, err, strings.TrimSpace(p.stderr.String()))
+				<-p.done // stderr complete
+				return fmt.Errorf("bench: member %d %s: %s", i, err, strings.TrimSpace(p.stderr.String()))
 			}
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(30 * time.Second):
-			return nil, fmt.Errorf("bench: member %d: not open after 30s: %s", i, strings.TrimSpace(p.stderr.String()))
+			return fmt.Errorf("bench: member %d: not open after 30s: %s", i, strings.TrimSpace(p.stderr.String()))
 		}
 	}
 	for _, p := range procs {
 		_, _ = p.stdin.Write([]byte("go\n"))
 	}
 	progress("running")
-	if cfg.Kill != nil {
+	if kill != nil {
 		for i, p := range procs {
-			cfg.Kill(i, p.cmd.Process)
+			kill(i, p.cmd.Process)
 		}
 	}
 	var errs []error
@@ -344,23 +490,12 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 				if !interrupted {
 					interrupted = true
 					killAll(syscall.SIGINT)
-					time.AfterFunc(10*time.Second, func() { killAll(syscall.SIGKILL) })
+					t := time.AfterFunc(10*time.Second, func() { killAll(syscall.SIGKILL) })
+					defer t.Stop()
 				}
 				ctx = context.Background()
 			}
 		}
 	}
-	results := make([]MemberResult, mc.Members)
-	for i, p := range procs {
-		b, err := os.ReadFile(p.out)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("bench: member %d wrote no result", i))
-			results[i].Index = i
-			continue
-		}
-		if err := json.Unmarshal(b, &results[i]); err != nil {
-			errs = append(errs, fmt.Errorf("bench: member %d: result: %w", i, err))
-		}
-	}
-	return results, errors.Join(errs...)
+	return errors.Join(errs...)
 }

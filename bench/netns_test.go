@@ -16,10 +16,20 @@ import (
 // netns tests start it as their member processes.
 const memberEnv = "NAKCAST_BENCH_MEMBER_PROCESS"
 
+// rawMemberEnv does the same for RawMemberMain.
+const rawMemberEnv = "NAKCAST_BENCH_RAW_MEMBER_PROCESS"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(memberEnv) == "1" {
 		if err := MemberMain(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, "member:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if os.Getenv(rawMemberEnv) == "1" {
+		if err := RawMemberMain(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "raw member:", err)
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -122,4 +132,40 @@ func TestNetnsThreeMembers(t *testing.T) {
 	row := GroupRow("netns", "loss 5%", rs, 1472)
 	require.True(t, row.Verified, row.Note)
 	t.Logf("%s msgs/s, p99 %v, %d repaired", FormatRate(row.MsgsPerSec), time.Duration(row.Latency.P99Ns), row.Retransmitted)
+}
+
+func TestNetnsRawBetweenTheSameNamespaces(t *testing.T) {
+	needNetns(t)
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	before := rootLinks(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ns, err := SetupNetns(ctx, 3, 9000)
+	require.NoError(t, err)
+	defer ns.Close()
+	// 3000 messages of 1 KiB in 8972 B datagrams: 375 datagrams, far less
+	// than the receive buffers, so none is lost.
+	const count = 3000
+	res, rs, err := RunNetnsRaw(ctx, NetnsRawConfig{Raw: RawConfig{MsgSize: 1024, DatagramSize: 8972, Count: count},
+		Netns: ns, Exe: []string{exe}, Env: []string{rawMemberEnv + "=1"}, Progress: func(s string) { t.Log(s) }})
+	require.NoError(t, err)
+	require.Len(t, rs, 3)
+	require.Equal(t, int64(count), res.SentMsgs)
+	require.Equal(t, int64(count), res.Msgs)
+	require.Equal(t, 8, res.MsgsPerDatagram)
+	require.Zero(t, res.LossPct)
+	require.Positive(t, res.MsgsPerSec)
+	for _, r := range rs {
+		require.Equal(t, "eth0", r.Interface)
+	}
+	// The same namespaces then carry a nakcast run.
+	mrs, err := RunNetns(ctx, NetnsRunConfig{Member: MemberConfig{Members: 3, MsgSize: 1024, Count: count, Timeout: 30 * time.Second},
+		Netns: ns, Exe: []string{exe}, Env: []string{memberEnv + "=1"}})
+	require.NoError(t, err)
+	require.Empty(t, Verify(mrs))
+	require.Len(t, ourNamespaces(t), 4, "namespaces given to the runs are the caller's to delete")
+	require.NoError(t, ns.Close())
+	require.Empty(t, ourNamespaces(t))
+	require.Equal(t, before, rootLinks(t))
 }

@@ -41,6 +41,16 @@ type RawConfig struct {
 	Group netip.AddrPort
 	// Interface to multicast on (default "lo").
 	Interface string
+	// Unicast is the address the sockets bind to for sending (default
+	// 127.0.0.1:0); off loopback it must be the interface's own address,
+	// or the kernel drops what is sent from 127.0.0.1.
+	Unicast netip.AddrPort
+	// TTL is the multicast TTL (default 0: loopback; 1 across a bridge).
+	TTL int
+	// AllowNonLoopback lets the bundler use a non-loopback interface and
+	// unicast address (transport.Config.AllowNonLoopback). Only ever set
+	// inside network namespaces this program created (RunNetnsRaw).
+	AllowNonLoopback bool
 	// MsgSize is the size of each message (default 64).
 	MsgSize int
 	// DatagramSize is the UDP payload size messages are packed into
@@ -161,7 +171,7 @@ type rawReceiver struct {
 	bytes     atomic.Int64
 	datagrams atomic.Int64
 	malformed atomic.Int64
-	last      atomic.Int64 // time of the last datagram, ns since the run's start
+	last      atomic.Int64 // time of the last datagram, ns since the run's start (Nanotime less the start given to run)
 	checksum  uint64
 	err       error
 }
@@ -187,26 +197,26 @@ func RunRaw(ctx context.Context, cfg RawConfig) (RawResult, error) {
 	}()
 	group := cfg.Group
 	for i := range recvs {
-		t, err := transport.Open(transport.Config{Group: group, Interface: cfg.Interface, BatchSize: cfg.Batch, RecvBuffer: cfg.RecvBuffer})
+		t, err := transport.Open(cfg.transportConfig(group, false))
 		if err != nil {
 			return RawResult{}, fmt.Errorf("bench: receiver %d: %w", i, err)
 		}
 		group = t.Group()
 		recvs[i] = &rawReceiver{t: t}
 	}
-	snd, err := transport.Open(transport.Config{Group: group, Interface: cfg.Interface, BatchSize: cfg.Batch, SendOnly: true})
+	snd, err := transport.Open(cfg.transportConfig(group, true))
 	if err != nil {
 		return RawResult{}, fmt.Errorf("bench: sender: %w", err)
 	}
 	defer snd.Close()
 
-	start := time.Now()
+	start, startNs := time.Now(), Nanotime()
 	var wg sync.WaitGroup
 	for _, r := range recvs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.run(cfg, start)
+			r.run(cfg, startNs)
 		}()
 	}
 
@@ -277,6 +287,17 @@ func RunRaw(ctx context.Context, cfg RawConfig) (RawResult, error) {
 		res.Checksum += r.checksum
 	}
 	return res, nil
+}
+
+// transportConfig is the transport of a raw receiver (sendOnly false) or
+// sender.
+func (c RawConfig) transportConfig(group netip.AddrPort, sendOnly bool) transport.Config {
+	tc := transport.Config{Group: group, Interface: c.Interface, Unicast: c.Unicast, TTL: c.TTL, BatchSize: c.Batch,
+		SendOnly: sendOnly, AllowNonLoopback: c.AllowNonLoopback}
+	if !sendOnly {
+		tc.RecvBuffer = c.RecvBuffer
+	}
+	return tc
 }
 
 func msgsPerDatagram(datagram, msg int) int {
@@ -384,8 +405,8 @@ func parseRaw(b []byte) (seq uint64, msgs int, bytes int, sum uint64, err error)
 }
 
 // run is a receiver: read batches until the transport is closed, parse
-// every message, publish the counts.
-func (r *rawReceiver) run(cfg RawConfig, start time.Time) {
+// every message, publish the counts. last is Nanotime() less startNs.
+func (r *rawReceiver) run(cfg RawConfig, startNs int64) {
 	bufs := make([][]byte, cfg.Batch)
 	for i := range bufs {
 		bufs[i] = make([]byte, cfg.DatagramSize)
@@ -420,7 +441,7 @@ func (r *rawReceiver) run(cfg RawConfig, start time.Time) {
 			datagrams++
 			r.checksum += sum
 		}
-		r.last.Store(int64(time.Since(start)))
+		r.last.Store(Nanotime() - startNs)
 		r.msgs.Store(msgs)
 		r.bytes.Store(bytes)
 		r.malformed.Store(malformed)

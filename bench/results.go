@@ -125,7 +125,7 @@ func GroupRow(path, caseName string, results []MemberResult, datagram int) Row {
 		}
 	}
 	row.Msgs = max(row.Msgs, 0)
-	row.Latency = Summarize(h, false)
+	row.Latency = Summarize(h, true) // with the histogram: plots draw the distribution
 	// Loss: per receiver and sender, what was sent and not delivered.
 	sentBy := map[int]int64{}
 	for _, r := range results {
