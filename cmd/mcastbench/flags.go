@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -150,6 +151,27 @@ func (f *engineFlags) groupOrZero() netip.AddrPort {
 type outputFlags struct {
 	jsonFile, csvFile string
 	stats             time.Duration
+	plot              string
+}
+
+// registerPlot adds -plot (the modes that run nakcast groups).
+func (o *outputFlags) registerPlot(fs *flag.FlagSet) {
+	fs.StringVar(&o.plot, "plot", "", "draw the latency distribution and the throughput over time to this .png or .svg file")
+}
+
+// check validates the output flags before anything runs.
+func (o *outputFlags) check() error {
+	if o.plot != "" {
+		switch strings.ToLower(filepath.Ext(o.plot)) {
+		case ".png", ".svg":
+		default:
+			return usagef("-plot %q: want a file name ending in .png or .svg", o.plot)
+		}
+	}
+	if o.stats < 0 {
+		return usagef("-stats %v: want >= 0", o.stats)
+	}
+	return nil
 }
 
 func (o *outputFlags) register(fs *flag.FlagSet) {
@@ -168,6 +190,9 @@ func (o *outputFlags) write(rows []bench.Row, members [][]bench.MemberResult) er
 		if err := writeFile(o.csvFile, func(w io.Writer) error { return bench.WriteCSV(w, rows) }); err != nil {
 			return err
 		}
+	}
+	if o.plot != "" {
+		return writePlot(o.plot, rows, members)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@
 //	mcastbench latency [flags]      ping-pong round trips, nakcast vs raw UDP
 //	mcastbench raw [flags]          the raw bundler alone
 //	mcastbench member [flags]       one member as its own process, JSON result
+//	mcastbench raw-member [flags]   one raw bundler process (sender or receiver), JSON result
 //	mcastbench netns [flags]        members in network namespaces (root)
 //	mcastbench results [flags]      regenerate bench/RESULTS.md
 //
@@ -47,6 +48,7 @@ modes:
   latency     ping-pong round trips, nakcast vs raw UDP, same path
   raw         the raw batched UDP bundler alone
   member      one engine member as its own process (JSON result)
+  raw-member  one raw bundler process, sender or receiver (JSON result)
   netns       one member per network namespace on a bridge (root)
   results     regenerate bench/RESULTS.md (make bench-results)
 
@@ -77,6 +79,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runRawMode(ctx, args, stdout, stderr)
 	case "member":
 		err = runMember(ctx, args, stdout, stderr)
+	case "raw-member":
+		err = runRawMember(ctx, args, stdout, stderr)
 	case "netns":
 		err = runNetns(ctx, args, stdout, stderr)
 	case "results":
@@ -104,6 +108,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 130
 	default:
 		fmt.Fprintf(stderr, "mcastbench %s: %v\n", modeName(mode), err)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			fmt.Fprintf(stderr, "mcastbench %s: a port asked for is in use by another process: pick another port, or port 0 for a free one\n", modeName(mode))
+		}
 		return 1
 	}
 }

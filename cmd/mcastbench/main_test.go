@@ -2,10 +2,29 @@ package main
 
 import (
 	"bytes"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/nakcast/nakcast/bench"
 )
+
+// asMainEnv makes the test binary run the command instead of the tests:
+// netns mode starts os.Executable() as its member processes.
+const asMainEnv = "MCASTBENCH_TEST_AS_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asMainEnv) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
 
 func TestBadFlagsExit2NamingTheFlag(t *testing.T) {
 	for _, tt := range []struct {
@@ -24,9 +43,15 @@ func TestBadFlagsExit2NamingTheFlag(t *testing.T) {
 		{[]string{"raw", "-receivers", "0"}, "-receivers"},
 		{[]string{"member"}, "-group"},
 		{[]string{"netns", "-mtu", "10"}, "-mtu"},
+		{[]string{"netns", "-members", "1"}, "-members"},
+		{[]string{"netns", "-plot", "x.jpg"}, "-plot"},
+		{[]string{"throughput", "-plot", "x"}, "-plot"},
+		{[]string{"-plot", "x.pdf"}, "-plot"},
+		{[]string{"raw-member", "-role", "both", "-group", "239.77.60.30:5000"}, "-role"},
+		{[]string{"raw-member", "-role", "send"}, "-group"},
 		{[]string{"bogus"}, "unknown mode"},
 	} {
-		t.Run(tt.args[0], func(t *testing.T) {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer
 			require.Equal(t, 2, run(tt.args, &out, &errOut))
 			require.Contains(t, errOut.String(), tt.want)
@@ -52,4 +77,90 @@ func TestThroughputShortRun(t *testing.T) {
 	require.Equal(t, 0, code, errOut.String())
 	require.Contains(t, out.String(), "nakcast")
 	require.Contains(t, out.String(), "yes")
+}
+
+func TestThroughputPlot(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"run.png", "run.svg"} {
+		t.Run(name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			f := filepath.Join(dir, name)
+			code := run([]string{"throughput", "-count", "3000", "-members", "2", "-noraw", "-plot", f}, &out, &errOut)
+			require.Equal(t, 0, code, errOut.String())
+			b, err := os.ReadFile(f)
+			require.NoError(t, err)
+			if strings.HasSuffix(name, ".png") {
+				require.True(t, bytes.HasPrefix(b, []byte("\x89PNG")), "not a PNG")
+			} else {
+				require.Contains(t, string(b[:min(len(b), 200)]), "<svg")
+			}
+		})
+	}
+}
+
+func TestNetnsWithoutIPCommandSaysWhatIsMissing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	var out, errOut bytes.Buffer
+	require.Equal(t, 1, run([]string{"netns", "-count", "10"}, &out, &errOut))
+	require.Contains(t, errOut.String(), "the ip command (iproute2) is not installed")
+}
+
+func TestNetnsWithoutRootSaysWhatIsMissing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		var out, errOut bytes.Buffer
+		require.Equal(t, 1, run([]string{"netns", "-count", "10"}, &out, &errOut))
+		require.Contains(t, errOut.String(), "needs root")
+		return
+	}
+	// As root: run the command as nobody, if setpriv is there.
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("skipping: root, and no setpriv to drop privileges")
+	}
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", exe, "netns", "-count", "10")
+	cmd.Env = append(os.Environ(), asMainEnv+"=1")
+	outB, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, string(outB))
+	require.Equal(t, 1, ee.ExitCode(), string(outB))
+	require.Contains(t, string(outB), "needs root")
+}
+
+func TestPortInUseIsSaid(t *testing.T) {
+	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer c.Close()
+	for _, mode := range []string{"member", "raw-member"} {
+		t.Run(mode, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			args := []string{mode, "-group", "239.77.60.31:45777", "-unicast", c.LocalAddr().String(), "-count", "10"}
+			if mode == "raw-member" {
+				args = append(args, "-role", "send")
+			}
+			require.Equal(t, 1, run(args, &out, &errOut))
+			require.Contains(t, errOut.String(), "address already in use")
+			require.Contains(t, errOut.String(), "in use by another process")
+			require.Empty(t, out.String(), "no result for a member that never opened")
+		})
+	}
+}
+
+func TestNetnsModeLeavesNothingBehind(t *testing.T) {
+	if err := bench.CheckNetns(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	t.Setenv(asMainEnv, "1") // the member processes are this binary
+	var out, errOut bytes.Buffer
+	code := run([]string{"netns", "-count", "3000", "-size", "1024", "-mtu", "9000"}, &out, &errOut)
+	require.Equal(t, 0, code, errOut.String())
+	require.Contains(t, out.String(), "raw  netns mtu 9000")
+	require.Regexp(t, `nakcast\s+netns mtu 9000.*\d\.\d\dx\s+yes`, out.String())
+	require.Contains(t, out.String(), "verified: 3 members")
+	list, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	require.NoError(t, err)
+	require.NotContains(t, string(list), bench.NetnsPrefix(), "namespaces left behind")
+	ps, err := exec.Command("pgrep", "-P", strconv.Itoa(os.Getpid())).CombinedOutput()
+	require.Empty(t, strings.TrimSpace(string(ps)), "child processes left behind (%v)", err)
 }

@@ -26,10 +26,14 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("", "The default suite on loopback: 1 sender, 2 receivers, 64 B and 1 KiB messages in 64 KB datagrams,\nlossless and 5% loss at the receivers, beside the raw batched-UDP bundler measured in the same run.", stderr)
 	var out outputFlags
 	out.register(fs)
+	out.registerPlot(fs)
 	duration := fs.Duration("duration", 2*time.Second, "how long each measurement sends")
 	sizes := fs.String("sizes", "64,1024", "message sizes in bytes, comma-separated")
 	loss := fs.Float64("loss", 0.05, "loss injected at the receivers in the lossy case (0: skip that case)")
 	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if err := out.check(); err != nil {
 		return err
 	}
 	ss, err := intList(*sizes)
@@ -218,11 +222,15 @@ func runThroughput(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var out outputFlags
 	ef.register(fs, 3, 3*time.Second)
 	out.register(fs)
+	out.registerPlot(fs)
 	noRaw := fs.Bool("noraw", false, "skip the raw baseline")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if err := ef.check(); err != nil {
+		return err
+	}
+	if err := out.check(); err != nil {
 		return err
 	}
 	cfg := ef.memberConfig()

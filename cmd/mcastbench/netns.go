@@ -9,27 +9,37 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/bench"
+	"github.com/nakcast/nakcast/engine"
 )
 
-// runNetns runs one member process per network namespace (root).
+// runNetns runs one member process per network namespace (root), beside
+// the raw bundler between the same namespaces.
 func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("netns", "One member process per network namespace, namespaces on a bridge with veth pairs (root).\nVerifies that every member delivered the same messages (count and hash per sender) and deletes\nevery namespace it created, also on Ctrl-C and on failure.", stderr)
+	fs := newFlagSet("netns", "One member process per network namespace, namespaces on a bridge with veth pairs (root),\nbeside the raw bundler between the same namespaces (one raw process per namespace, member 0\nsending) with the same message and datagram sizes. Verifies that every member delivered the\nsame messages (count and hash per sender) and deletes every namespace it created, also on\nCtrl-C and on failure.", stderr)
 	var ef engineFlags
 	var out outputFlags
 	ef.register(fs, 3, 2*time.Second)
 	out.register(fs)
-	mtu := fs.Int("mtu", 1500, "MTU of the veth pairs and the bridge")
+	out.registerPlot(fs)
+	mtu := fs.Int("mtu", 1500, "MTU of the veth pairs and the bridge (datagrams of MTU-28 bytes)")
+	noRaw := fs.Bool("noraw", false, "skip the raw baseline")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if ef.iface != "lo" || ef.group != "" {
-		return usagef("-interface and -group are chosen by netns (eth0 in each namespace, 239.77.1.1:45600)")
+		return usagef("-interface and -group are chosen by netns (eth0 in each namespace, %v)", bench.NetnsGroup)
 	}
 	if err := ef.check(); err != nil {
 		return err
 	}
+	if err := out.check(); err != nil {
+		return err
+	}
 	if *mtu < 576 || *mtu > 65535 {
 		return usagef("-mtu %d: want 576..65535", *mtu)
+	}
+	if ef.members < 2 {
+		return usagef("-members %d: want at least 2 in namespaces (a sender and a receiver)", ef.members)
 	}
 	if err := bench.CheckNetns(); err != nil {
 		return err
@@ -38,19 +48,46 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return fmt.Errorf("cannot find this program to run the members: %w", err)
 	}
-	cfg := ef.memberConfig()
-	cfg.Group = ef.groupOrZero()
-	cfg.LossRate = ef.loss
-	rs, runErr := bench.RunNetns(ctx, bench.NetnsRunConfig{Member: cfg, MTU: *mtu, Exe: []string{exe, "member"},
-		Progress: func(s string) { fmt.Fprintf(stderr, "netns: %s\n", s) }})
-	if len(rs) == 0 {
-		return runErr
-	}
 	datagram := ef.datagram
 	if datagram == 0 {
 		datagram = *mtu - 28
 	}
-	rows := []bench.Row{bench.GroupRow(fmt.Sprintf("netns mtu %d", *mtu), caseName(ef.loss), rs, datagram)}
+	path := fmt.Sprintf("netns mtu %d", *mtu)
+	progressLine := func(s string) { fmt.Fprintf(stderr, "netns: %s\n", s) }
+	progressLine(fmt.Sprintf("creating %d namespaces %s* (bridge, veth MTU %d)", ef.members, bench.NetnsPrefix(), *mtu))
+	ns, err := bench.SetupNetns(ctx, ef.members, *mtu)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		progressLine("deleting the namespaces")
+		if err := ns.Close(); err != nil {
+			fmt.Fprintf(stderr, "netns: %v\n", err)
+		}
+	}()
+
+	var rows []bench.Row
+	if !*noRaw {
+		rc := bench.RawConfig{MsgSize: ef.size, DatagramSize: datagram, Duration: ef.duration, Count: ef.count,
+			Batch: engine.DefaultBatchSize, Receivers: ef.members - 1}
+		progressLine(fmt.Sprintf("raw bundler, %s messages in %d B datagrams", bench.FormatBytes(ef.size), datagram))
+		raw, _, err := bench.RunNetnsRaw(ctx, bench.NetnsRawConfig{Raw: rc, Members: ef.members, Netns: ns,
+			Exe: []string{exe, "raw-member"}, Progress: progressLine})
+		if err != nil {
+			return fmt.Errorf("raw baseline: %w", err)
+		}
+		rows = append(rows, bench.RawRow(path, rc, raw))
+	}
+	cfg := ef.memberConfig()
+	cfg.Group = ef.groupOrZero()
+	cfg.LossRate = ef.loss
+	progressLine("nakcast")
+	rs, runErr := bench.RunNetns(ctx, bench.NetnsRunConfig{Member: cfg, Netns: ns, Exe: []string{exe, "member"}, Progress: progressLine})
+	if len(rs) == 0 {
+		return runErr
+	}
+	rows = append(rows, bench.GroupRow(path, caseName(ef.loss), rs, datagram))
+	bench.SetRatios(rows)
 	if err := bench.WriteTable(stdout, rows); err != nil {
 		return err
 	}
@@ -66,4 +103,14 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	return runErr
+}
+
+// runRawMember is one raw bundler process (bench.RawMemberMain), what
+// netns runs in each namespace for the raw baseline.
+func runRawMember(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	err := bench.RawMemberMain(ctx, args, os.Stdin, stdout, stderr)
+	if errors.Is(err, bench.ErrUsage) {
+		return usageError{err.Error()}
+	}
+	return err
 }

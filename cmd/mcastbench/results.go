@@ -12,15 +12,16 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/bench"
+	"github.com/nakcast/nakcast/engine"
 )
 
 // runResults regenerates the results file (make bench-results): the
 // loopback suite, and the same sizes in network namespaces when run as
 // root, written as markdown with the machine and the command.
 func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("results", "Regenerate bench/RESULTS.md: loopback (nakcast vs raw, same run) and network namespaces (root),\n64 B and 1 KiB, lossless and 5% loss at the receivers.", stderr)
+	fs := newFlagSet("results", "Regenerate bench/RESULTS.md: loopback and network namespaces (root, veth MTU 1500 and 9000),\nnakcast beside the raw bundler on the same path in the same run, 64 B and 1 KiB, lossless and 5%\nloss at the receivers.", stderr)
 	outFile := fs.String("o", "bench/RESULTS.md", "markdown file to write")
-	duration := fs.Duration("duration", 3*time.Second, "how long each measurement sends")
+	duration := fs.Duration("duration", 2*time.Second, "how long each measurement sends")
 	command := fs.String("command", "make bench-results", "the command recorded in the file")
 	if err := parse(fs, args); err != nil {
 		return err
@@ -38,18 +39,11 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if err != nil {
 			return err
 		}
-		for _, size := range sizes {
-			for _, loss := range []float64{0, 0.05} {
-				if ctx.Err() != nil {
-					break
-				}
-				cfg := bench.MemberConfig{Members: 3, MsgSize: size, Duration: *duration, LossRate: loss, SampleEvery: sampleEvery(0, size)}
-				fmt.Fprintf(stderr, "netns %s %s ...\n", bench.FormatBytes(size), caseName(loss))
-				rs, err := bench.RunNetns(ctx, bench.NetnsRunConfig{Member: cfg, MTU: 1500, Exe: []string{exe, "member"}})
-				if len(rs) == 0 {
-					return fmt.Errorf("netns %d B: %w", size, err)
-				}
-				rows = append(rows, bench.GroupRow("netns mtu 1500", caseName(loss), rs, 1472))
+		for _, mtu := range []int{1500, 9000} {
+			nrows, err := netnsResults(ctx, exe, mtu, sizes, *duration, stderr)
+			rows = append(rows, nrows...)
+			if err != nil {
+				return fmt.Errorf("netns mtu %d: %w", mtu, err)
 			}
 		}
 	}
@@ -65,13 +59,14 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(&b, "## Setup\n\n1 sender, 2 receivers, %v of sending per row. Loopback: all members in one process, 64 KB datagrams;\n", *duration)
 	fmt.Fprintf(&b, "the raw row is the bare batched UDP bundler (`bench.RunRaw`: same message size packed into the same datagram size,\n")
 	fmt.Fprintf(&b, "sendmmsg/recvmmsg, every message parsed, no reliability) measured in the same run just before. Namespaces: one member\n")
-	fmt.Fprintf(&b, "process per network namespace on a bridge, veth MTU 1500 (1472 B datagrams). Loss: injected at the receivers.\n")
+	fmt.Fprintf(&b, "process per network namespace on a bridge, veth MTU 1500 (1472 B datagrams) and 9000 (8972 B); their raw row is the\n")
+	fmt.Fprintf(&b, "same bundler as one process per namespace (`mcastbench raw-member`, member 0 sending) between the same namespaces,\n")
+	fmt.Fprintf(&b, "just before. Loss: injected at the receivers (nakcast); the raw rows' loss is what the kernel dropped.\n")
 	fmt.Fprintf(&b, "msgs/s and MB/s are the slowest receiver's; latency is send (timestamp in the payload) to delivery under full load,\n")
 	fmt.Fprintf(&b, "so it is mostly queueing; `verified` means every member delivered the same messages (count and hash) in order.\n\n")
 	if netnsNote != "" {
 		fmt.Fprintf(&b, "%s\n\n", netnsNote)
 	}
-	fmt.Fprintf(&b, "No raw baseline runs in the namespaces yet (it needs a raw member process); their `vs raw` is empty.\n\n")
 	fmt.Fprintf(&b, "```\n")
 	if err := bench.WriteTable(&b, rows); err != nil {
 		return err
@@ -82,6 +77,46 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	_, err = stdout.Write(b.Bytes())
 	return err
+}
+
+// netnsResults measures, between 3 namespaces of the given MTU, per
+// message size, the raw bundler and nakcast lossless and with 5% loss at
+// the receivers. The namespaces are deleted before it returns.
+func netnsResults(ctx context.Context, exe string, mtu int, sizes []int, duration time.Duration, stderr io.Writer) ([]bench.Row, error) {
+	const members = 3
+	datagram := mtu - 28
+	path := fmt.Sprintf("netns mtu %d", mtu)
+	ns, err := bench.SetupNetns(ctx, members, mtu)
+	if err != nil {
+		return nil, err
+	}
+	defer ns.Close()
+	var rows []bench.Row
+	for _, size := range sizes {
+		if ctx.Err() != nil {
+			return rows, ctx.Err()
+		}
+		fmt.Fprintf(stderr, "%s raw %s ...\n", path, bench.FormatBytes(size))
+		rc := bench.RawConfig{MsgSize: size, DatagramSize: datagram, Duration: duration, Batch: engine.DefaultBatchSize, Receivers: members - 1}
+		raw, _, err := bench.RunNetnsRaw(ctx, bench.NetnsRawConfig{Raw: rc, Members: members, Netns: ns, Exe: []string{exe, "raw-member"}})
+		if err != nil {
+			return rows, fmt.Errorf("raw %d B: %w", size, err)
+		}
+		rows = append(rows, bench.RawRow(path, rc, raw))
+		for _, loss := range []float64{0, 0.05} {
+			if ctx.Err() != nil {
+				return rows, ctx.Err()
+			}
+			fmt.Fprintf(stderr, "%s nakcast %s %s ...\n", path, bench.FormatBytes(size), caseName(loss))
+			cfg := bench.MemberConfig{Members: members, MsgSize: size, Duration: duration, LossRate: loss, SampleEvery: sampleEvery(0, size)}
+			rs, err := bench.RunNetns(ctx, bench.NetnsRunConfig{Member: cfg, Netns: ns, Exe: []string{exe, "member"}})
+			if len(rs) == 0 {
+				return rows, fmt.Errorf("nakcast %d B: %w", size, err)
+			}
+			rows = append(rows, bench.GroupRow(path, caseName(loss), rs, datagram))
+		}
+	}
+	return rows, nil
 }
 
 func cpuModel() string {
