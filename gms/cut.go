@@ -30,6 +30,7 @@ type cutReport struct {
 type memberCut struct {
 	coord    Peer
 	cut      uint64
+	lost     []Range // declared lost with the cut (kept to report them again)
 	acked    bool
 	resendAt time.Duration
 }
@@ -47,10 +48,24 @@ func (g *GMS) startCut(d departure, now time.Duration) {
 	g.checkCut(c, now)
 }
 
+// localReport is this member's state of sender for a cut. If a cut fixed
+// by an earlier coordinator is open here, the report covers it: received
+// is at least that cut and the ranges it declared lost count as missing
+// (they are, here and everywhere), so that a coordinator that resumes the
+// cut fixes one at least as high and declares those ranges lost again for
+// survivors that never got the first fix.
 func (g *GMS) localReport(sender digest.Member) cutReport {
 	dl, rc, gaps, ok := g.proto.SenderState(sender, g.gaps[:0])
 	g.gaps = gaps[:0]
-	return cutReport{ok: ok, delivered: dl, received: rc, gaps: slices.Clone(gaps)}
+	r := cutReport{ok: ok, delivered: dl, received: rc, gaps: slices.Clone(gaps)}
+	if mc := g.mcuts[sender]; ok && mc != nil && mc.cut != ^uint64(0) {
+		if r.received < mc.cut {
+			r.gaps = append(r.gaps, Range{From: r.received + 1, To: mc.cut})
+			r.received = mc.cut
+		}
+		r.gaps = normRanges(append(r.gaps, mc.lost...))
+	}
+	return r
 }
 
 func (g *GMS) onCutReq(m *msg, now time.Duration) {
@@ -188,9 +203,15 @@ func normRanges(rs []Range) []Range {
 // cut, and we acknowledge once it holds everything up to it.
 func (g *GMS) applyCut(coord Peer, sender digest.Member, cut uint64, lost []Range, now time.Duration) {
 	mc, ok := g.mcuts[sender]
-	if !ok {
-		mc = &memberCut{coord: coord, cut: cut}
+	switch {
+	case !ok:
+		mc = &memberCut{coord: coord, cut: cut, lost: slices.Clone(lost)}
 		g.mcuts[sender] = mc
+		g.proto.CompleteCut(sender, cut, lost, now)
+	case mc.cut != ^uint64(0) && (cut != mc.cut || !slices.Equal(normRanges(lost), normRanges(mc.lost))):
+		// A coordinator that took over fixed the cut again (at least as
+		// high, declaring at least what the first fix declared).
+		mc.cut, mc.lost = cut, normRanges(append(mc.lost, lost...))
 		g.proto.CompleteCut(sender, cut, lost, now)
 	}
 	mc.coord = coord

@@ -65,7 +65,11 @@
 // lost ranges, acknowledges once it holds and has delivered everything up
 // to the cut, and
 // closes the window when the coordinator says every survivor has
-// acknowledged.
+// acknowledged. Every member remembers the departed senders whose windows
+// it has not closed; a coordinator that took over resumes their cuts after
+// its first view change (survivors report a cut they already applied as
+// received up to it, with its lost ranges still missing, so the new cut is
+// at least as high and declares at least as much lost).
 //
 // # Merges
 //

@@ -24,6 +24,7 @@ type Stats struct {
 	ViewChangeAborts uint64 // view changes that timed out waiting for acks
 	Suspicions       uint64 // members this member suspected
 	CutsClosed       uint64 // departed senders' cuts closed (coordinator)
+	CutsResumed      uint64 // cuts left open by an earlier coordinator, resumed (coordinator)
 	Merges           uint64 // merge views installed by this member as leader
 	MergeLeftOut     uint64 // members left out of a merge view (no digest entry)
 	StateInstalled   uint64 // state transfers completed as requester
@@ -55,11 +56,15 @@ type GMS struct {
 	leave leaveState
 	cuts  map[digest.Member]*cutState  // coordinator side
 	mcuts map[digest.Member]*memberCut // member side
-	merge *mergeState                  // as merge leader
-	hold  *mergeHold                   // as another coordinator of a merge
-	xfer  *xferReq                     // as state requester
-	prov  map[uint64]*xferProv         // as state provider
-	done  xferDone                     // last completed transfer, to re-acknowledge
+	// open: departed senders whose window this member has not closed yet
+	// (every view change that drops a member adds it): a coordinator that
+	// takes over resumes their cuts (finishViewChange).
+	open  map[digest.Member]Peer
+	merge *mergeState          // as merge leader
+	hold  *mergeHold           // as another coordinator of a merge
+	xfer  *xferReq             // as state requester
+	prov  map[uint64]*xferProv // as state provider
+	done  xferDone             // last completed transfer, to re-acknowledge
 }
 
 // New returns a GMS in StatusIdle. Call Join to enter a group.
@@ -73,6 +78,7 @@ func New(cfg Config) (*GMS, error) {
 		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.ID)),
 		cuts:  make(map[digest.Member]*cutState),
 		mcuts: make(map[digest.Member]*memberCut),
+		open:  make(map[digest.Member]Peer),
 		prov:  make(map[uint64]*xferProv),
 	}
 	g.self = Peer{Member: digest.Member{ID: cfg.ID}, Addr: cfg.Addr}
@@ -243,15 +249,22 @@ func (g *GMS) installMergeView(v View, d digest.Digest, now time.Duration) {
 	g.viewInstalled(v, now)
 }
 
-// setView makes v current. A member of v is not departed: a cut still
-// open for it (a merge brought it back before the cut closed) is dropped,
-// never closed under a live sender.
+// setView makes v current. Members of the previous view that v drops
+// have departed: their windows stay open until their cuts close. A member
+// of v is not departed: a cut still open for it (a merge brought it back
+// before the cut closed) is dropped, never closed under a live sender.
 func (g *GMS) setView(v View) {
+	for _, p := range g.view.Members {
+		if p.Member != g.self.Member && !v.Contains(p.Member) {
+			g.open[p.Member] = p
+		}
+	}
 	g.view = v
 	g.maxCounter = max(g.maxCounter, v.ID.Counter)
 	for _, p := range v.Members {
 		delete(g.cuts, p.Member)
 		delete(g.mcuts, p.Member)
+		delete(g.open, p.Member)
 	}
 }
 
@@ -294,6 +307,7 @@ func (g *GMS) exit(reason error, now time.Duration) {
 	g.fd.init()
 	clear(g.cuts)
 	clear(g.mcuts)
+	clear(g.open)
 	g.merge, g.hold = nil, nil
 	if g.xfer != nil && g.cfg.Listener != nil {
 		g.cfg.Listener.StateInstalled(ErrNotMember)

@@ -511,6 +511,16 @@ func (g *GMS) finishViewChange(now time.Duration) {
 	for _, d := range vc.departed {
 		g.startCut(d, now)
 	}
+	// Cuts that were open when a previous coordinator died (or that we
+	// never heard of as coordinator): resume them, so that every departed
+	// sender's window closes. startCut ignores cuts already under way.
+	for _, m := range sortedKeys(g.open) {
+		if _, ok := g.cuts[m]; !ok {
+			g.stats.CutsResumed++
+			g.log.Info("gms: resuming an open cut", "sender", m)
+			g.startCut(departure{member: m, peer: g.open[m]}, now)
+		}
+	}
 	g.tryViewChange(now)
 }
 

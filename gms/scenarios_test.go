@@ -431,3 +431,102 @@ func TestRejoinNewIncarnation(t *testing.T) {
 		})
 	}
 }
+
+const (
+	cutReqCrash uint8 = iota
+	cutFixCrash
+	cutAckCrash
+)
+
+var cutCrashNames = []string{"on CutReq", "after cut fixed", "on first CutAck"}
+
+// TestCoordinatorCrashDuringCut: a member crashes while everyone sends
+// under loss; the coordinator crashes while that member's cut is open
+// (right after asking for reports, right after fixing the cut, or when the
+// first acknowledgement reaches it). The next member takes over, resumes
+// the open cut (and fixes the old coordinator's): every survivor ends with
+// the same prefix of both crashed senders (same fold), both windows close,
+// and the survivors' own messages are all delivered, none lost.
+func TestCoordinatorCrashDuringCut(t *testing.T) {
+	for _, when := range []uint8{cutReqCrash, cutFixCrash, cutAckCrash} {
+		for seed := range uint64(seeds(30, 5)) {
+			t.Run(fmt.Sprintf("%s/seed%d", cutCrashNames[when], seed), func(t *testing.T) {
+				h := newRHarness(t, seed, lossyNet(seed, 0.1))
+				a, b, c, d, e := h.add(1), h.add(2), h.add(3), h.add(4), h.add(5)
+				all := []*realNode{a, b, c, d, e}
+				h.join(0, a)
+				h.join(60*time.Millisecond, b, c, d, e)
+				h.runUntil(func() bool { return rConverged(all...) && rQuiet(all...) }, 5*time.Second, "joined")
+				r := rand.New(rand.NewPCG(seed, 13))
+				victim := []*realNode{c, d, e}[r.IntN(3)]
+				vm, am := victim.self(), a.self()
+				crashed := false
+				h.s.AddTap(func(ev sim.TapEvent) {
+					if crashed || len(ev.Data) < 3 || !IsMembership(wire.Type(ev.Data[2])) {
+						return
+					}
+					m, err := decode(ev.Data, 7)
+					if err != nil || m.member != vm {
+						return
+					}
+					hit := (when == cutReqCrash && ev.Kind == sim.TapSend && ev.From == a.Member() && m.typ == typeCutReq) ||
+						(when == cutFixCrash && ev.Kind == sim.TapSend && ev.From == a.Member() && m.typ == typeCut && m.kind == 0) ||
+						(when == cutAckCrash && ev.Kind == sim.TapDeliver && ev.To == a.Member() && m.typ == typeCutAck)
+					if hit {
+						crashed = true
+						h.s.Schedule(ev.At, func(time.Duration) { h.s.Crash(a.Member()) })
+					}
+				})
+				start := h.s.Now()
+				stop := start + 2500*time.Millisecond
+				for _, n := range all {
+					h.traffic(n, start, stop, 2*time.Millisecond)
+				}
+				h.s.Schedule(start+time.Duration(100+r.IntN(300))*time.Millisecond, func(time.Duration) { h.s.Crash(victim.Member()) })
+				var surv []*realNode
+				for _, n := range all[1:] {
+					if n != victim {
+						surv = append(surv, n)
+					}
+				}
+				var next digest.Member
+				for _, p := range a.g.View().Members[1:] {
+					if p.Member != vm {
+						next = p.Member
+						break
+					}
+				}
+				h.runUntil(func() bool { return crashed && rConverged(surv...) && rQuiet(surv...) }, start+20*time.Second, "cuts closed")
+				require.Equal(t, next, b.g.View().Coord().Member, "the next member took over")
+				for _, n := range surv {
+					if n.self() == next {
+						require.Equal(t, uint64(1), n.g.Stats().CutsResumed, "the new coordinator resumed the open cut")
+					}
+				}
+				for _, gone := range []digest.Member{vm, am} {
+					var last *senderFold
+					for _, n := range surv {
+						_, open := n.p().WindowState(gone)
+						require.False(t, open, "window of %v still open at %d", gone, n.id)
+						st := n.app.state[gone]
+						require.NotNil(t, st)
+						if last != nil {
+							require.Equal(t, *last, *st, "survivors differ on %v's prefix", gone)
+						}
+						last = st
+					}
+				}
+				h.run(max(h.s.Now(), stop))
+				h.s.SetNet(sim.NetConfig{})
+				h.runUntil(func() bool { return rAllDelivered(surv...) }, h.s.Now()+10*time.Second, "drained")
+				for _, n := range surv {
+					for _, s := range surv {
+						require.Empty(t, n.app.lost[s.self()], "a survivor's message reported lost")
+					}
+				}
+				h.noNotFound()
+				h.noErrors()
+			})
+		}
+	}
+}
