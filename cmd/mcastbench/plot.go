@@ -40,8 +40,8 @@ func writePlot(name string, rows []bench.Row, members [][]bench.MemberResult) er
 	lat.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	lat.X.Min, lat.X.Max = 0, plotDecades
 	lat.X.Tick.Marker = percentileTicks{}
-	lat.Legend.Top = true
-	lat.Legend.Left = true
+	// Bottom right: the curves rise to the top right.
+	lat.Legend.Top, lat.Legend.Left = false, false
 	lat.Add(plotter.NewGrid())
 
 	thr := plot.New()
@@ -50,9 +50,10 @@ func writePlot(name string, rows []bench.Row, members [][]bench.MemberResult) er
 	thr.Y.Label.Text = "messages/s"
 	thr.X.Min, thr.Y.Min = 0, 0
 	thr.Y.Tick.Marker = rateTicks{}
+	thr.Legend.Top = true // above the curves: Y.Max leaves room
 	thr.Add(plotter.NewGrid())
 
-	k, drawn := 0, 0
+	k, drawn, peak := 0, 0, 0.0
 	for _, r := range rows {
 		if r.Name != "nakcast" {
 			continue
@@ -80,6 +81,9 @@ func writePlot(name string, rows []bench.Row, members [][]bench.MemberResult) er
 				return err
 			}
 			l.Color, l.Width, l.Dashes = style, vg.Points(1.5), dashes
+			for _, p := range pts {
+				peak = max(peak, p.Y)
+			}
 			thr.Add(l)
 			thr.Legend.Add(label, l)
 		}
@@ -87,6 +91,9 @@ func writePlot(name string, rows []bench.Row, members [][]bench.MemberResult) er
 	}
 	if drawn == 0 {
 		return fmt.Errorf("-plot %s: no nakcast run to plot", name)
+	}
+	if peak > 0 {
+		thr.Y.Max = peak * (1.15 + 0.07*float64(drawn)) // room for the legend
 	}
 	const w, h = 22 * vg.Centimeter, 26 * vg.Centimeter
 	c, err := draw.NewFormattedCanvas(w, h, format)
@@ -170,14 +177,21 @@ func throughputPoints(ms []bench.MemberResult) plotter.XYs {
 	if slowest == nil {
 		return nil
 	}
+	// Rates between samples at least half an interval apart: the last
+	// sample, taken when the run ends, may follow the one before closely,
+	// and the counts move in steps.
 	var pts plotter.XYs
 	tl := slowest.Timeline
-	for i := 1; i < len(tl); i++ {
-		dt := float64(tl[i].Ns-tl[i-1].Ns) / 1e9
-		if dt <= 0 || tl[i].Ns < start {
+	prev := tl[0]
+	for _, s := range tl[1:] {
+		dt := float64(s.Ns-prev.Ns) / 1e9
+		if dt < bench.TimelineInterval.Seconds()/2 {
 			continue
 		}
-		pts = append(pts, plotter.XY{X: float64(tl[i].Ns-start) / 1e9, Y: float64(tl[i].Delivered-tl[i-1].Delivered) / dt})
+		if s.Ns > start {
+			pts = append(pts, plotter.XY{X: float64(s.Ns-start) / 1e9, Y: float64(s.Delivered-prev.Delivered) / dt})
+		}
+		prev = s
 	}
 	return pts
 }
