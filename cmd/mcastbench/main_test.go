@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -163,4 +165,36 @@ func TestNetnsModeLeavesNothingBehind(t *testing.T) {
 	require.NotContains(t, string(list), bench.NetnsPrefix(), "namespaces left behind")
 	ps, err := exec.Command("pgrep", "-P", strconv.Itoa(os.Getpid())).CombinedOutput()
 	require.Empty(t, strings.TrimSpace(string(ps)), "child processes left behind (%v)", err)
+}
+
+func TestNetnsCtrlCStopsCleanly(t *testing.T) {
+	if err := bench.CheckNetns(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	cmd := exec.Command(exe, "netns", "-duration", "10m", "-noraw")
+	cmd.Env = append(os.Environ(), asMainEnv+"=1")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill() }()
+	var errOut strings.Builder
+	buf := make([]byte, 4096)
+	for !strings.Contains(errOut.String(), "netns: running") {
+		n, err := stderr.Read(buf)
+		errOut.Write(buf[:n])
+		require.NoError(t, err, "exited before running: %s", errOut.String())
+	}
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	rest, _ := io.ReadAll(stderr)
+	errOut.Write(rest)
+	require.NoError(t, cmd.Wait(), errOut.String())
+	require.Contains(t, out.String(), "verified: 3 members", "the members finish their streams and report")
+	require.Contains(t, errOut.String(), "deleting the namespaces")
+	list, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	require.NoError(t, err)
+	require.NotContains(t, string(list), fmt.Sprintf("nakcast-%d-", cmd.Process.Pid), "namespaces left behind")
 }
