@@ -35,6 +35,16 @@ type memberCut struct {
 	resendAt time.Duration
 }
 
+// openWin is a departed sender whose window this member has not closed.
+// If no cut for it is under way with the current coordinator by nudgeAt
+// (the coordinator that excluded it died, and the one that took over never
+// installed that view), this member reports its state of the sender to the
+// current coordinator unasked, which starts (or resends) the cut.
+type openWin struct {
+	peer    Peer
+	nudgeAt time.Duration
+}
+
 // startCut asks every survivor for its state of the departed sender.
 func (g *GMS) startCut(d departure, now time.Duration) {
 	if _, ok := g.cuts[d.member]; ok {
@@ -83,7 +93,27 @@ func (g *GMS) onCutReq(m *msg, now time.Duration) {
 
 func (g *GMS) onCutReport(m *msg, now time.Duration) {
 	c, ok := g.cuts[m.member]
-	if !ok || c.fixed || !g.view.Contains(m.sender) {
+	if !g.view.Contains(m.sender) {
+		return
+	}
+	if !ok && g.IsCoordinator() && g.coord.vc == nil && !g.view.Contains(m.member) {
+		// Unasked: a survivor still has this departed sender's window open
+		// and we never cut it (we never installed the view that dropped
+		// it). Cut it now.
+		g.stats.CutsResumed++
+		g.log.Info("gms: cutting a departed sender a member still holds", "sender", m.member, "from", m.sender)
+		g.startCut(departure{member: m.member, peer: Peer{Member: m.member}}, now)
+		c, ok = g.cuts[m.member]
+	}
+	if ok && c.fixed && !c.acks[m.sender] {
+		if p, in := g.view.Peer(m.sender); in && m.sender != g.self.Member {
+			fix := &msg{typ: typeCut, kind: 0, view: g.view.ID, member: m.member, a: c.cut}
+			fix.withRanges(c.lost)
+			g.send(p, fix)
+		}
+		return
+	}
+	if !ok || c.fixed {
 		return
 	}
 	c.reports[m.sender] = cutReport{ok: m.c == 1, delivered: m.a, received: m.b, gaps: m.ranges}
@@ -267,6 +297,7 @@ func (g *GMS) closeMemberCut(sender digest.Member, now time.Duration) {
 		return
 	}
 	g.proto.CloseWindow(sender, now)
+	delete(g.open, sender)
 	mc.cut = ^uint64(0) // closed; kept to ignore repeats
 	mc.acked = true
 }
@@ -299,6 +330,24 @@ func (g *GMS) tickCuts(now time.Duration) {
 			g.checkMemberCut(sender, mc, now)
 		}
 	}
+	coord := g.view.Coord()
+	for _, sender := range sortedKeys(g.open) {
+		ow := g.open[sender]
+		if now < ow.nudgeAt || coord.Member == g.self.Member {
+			continue
+		}
+		ow.nudgeAt = now + g.cfg.ViewChangeTimeout
+		if mc := g.mcuts[sender]; mc != nil && mc.coord.Member == coord.Member {
+			continue // the current coordinator is cutting it
+		}
+		r := g.localReport(sender)
+		rep := &msg{typ: typeCutReport, view: g.view.ID, member: sender, a: r.delivered, b: r.received}
+		if r.ok {
+			rep.c = 1
+		}
+		rep.withRanges(r.gaps)
+		g.send(coord, rep)
+	}
 	if !g.IsCoordinator() {
 		return
 	}
@@ -327,6 +376,11 @@ func (g *GMS) tickCuts(now time.Duration) {
 }
 
 func (g *GMS) cutDeadlines(at func(time.Duration)) {
+	if !g.IsCoordinator() {
+		for _, ow := range g.open {
+			at(ow.nudgeAt)
+		}
+	}
 	for _, mc := range g.mcuts {
 		if mc.cut != ^uint64(0) {
 			at(mc.resendAt)

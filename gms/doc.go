@@ -69,7 +69,11 @@
 // it has not closed; a coordinator that took over resumes their cuts after
 // its first view change (survivors report a cut they already applied as
 // received up to it, with its lost ranges still missing, so the new cut is
-// at least as high and declares at least as much lost).
+// at least as high and declares at least as much lost). A member that
+// still holds a departed sender's window that no cut of the current
+// coordinator covers, Config.ViewChangeTimeout after the view that dropped
+// it, reports it to the coordinator unasked, which cuts it (a coordinator
+// that took over without ever installing that view).
 //
 // # Merges
 //
@@ -94,7 +98,11 @@
 // requester checks that the protocol can install the digest
 // (Protocol.CheckOverwrite; if not, the provider is abandoned before the
 // application state is touched), installs the state, calls
-// Protocol.OverwriteDigest (seed 003) and acknowledges; the provider releases its capture on that acknowledgement. A
+// Protocol.OverwriteDigest (seed 003) and acknowledges. A provider does not
+// answer while a departed sender's window is open (its cut is under way:
+// the digest would not cover it), and a requester refetches from the same
+// provider a state whose digest does not cover exactly its view or while
+// it has such a window open; the provider releases its capture on that acknowledgement. A
 // requester that does not complete within Config.StateTimeout aborts and
 // retries another member; the provider holds its capture for twice that, so
 // nothing the requester may still install is ever purged under it.

@@ -25,6 +25,8 @@ type Stats struct {
 	Suspicions       uint64 // members this member suspected
 	CutsClosed       uint64 // departed senders' cuts closed (coordinator)
 	CutsResumed      uint64 // cuts left open by an earlier coordinator, resumed (coordinator)
+	StateDeferred    uint64 // state requests left unanswered while a departed sender's window was open (provider)
+	StateRetried     uint64 // complete transfers refetched because digest and view (or open windows) did not match (requester)
 	Merges           uint64 // merge views installed by this member as leader
 	MergeLeftOut     uint64 // members left out of a merge view (no digest entry)
 	StateInstalled   uint64 // state transfers completed as requester
@@ -59,7 +61,7 @@ type GMS struct {
 	// open: departed senders whose window this member has not closed yet
 	// (every view change that drops a member adds it): a coordinator that
 	// takes over resumes their cuts (finishViewChange).
-	open  map[digest.Member]Peer
+	open  map[digest.Member]*openWin
 	merge *mergeState          // as merge leader
 	hold  *mergeHold           // as another coordinator of a merge
 	xfer  *xferReq             // as state requester
@@ -78,7 +80,7 @@ func New(cfg Config) (*GMS, error) {
 		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.ID)),
 		cuts:  make(map[digest.Member]*cutState),
 		mcuts: make(map[digest.Member]*memberCut),
-		open:  make(map[digest.Member]Peer),
+		open:  make(map[digest.Member]*openWin),
 		prov:  make(map[uint64]*xferProv),
 	}
 	g.self = Peer{Member: digest.Member{ID: cfg.ID}, Addr: cfg.Addr}
@@ -236,7 +238,7 @@ func (g *GMS) NextDeadline() time.Duration {
 // installView installs v with the protocol and resets what depends on the
 // view. joinDigest is non-zero only for the joiner.
 func (g *GMS) installView(v View, joinDigest digest.Digest, now time.Duration) {
-	g.setView(v)
+	g.setView(v, now)
 	g.proto.InstallView(v, joinDigest, now)
 	g.viewInstalled(v, now)
 }
@@ -244,7 +246,7 @@ func (g *GMS) installView(v View, joinDigest digest.Digest, now time.Duration) {
 // installMergeView installs a merge view with its digest (one protocol
 // call: see Protocol.InstallMergeView).
 func (g *GMS) installMergeView(v View, d digest.Digest, now time.Duration) {
-	g.setView(v)
+	g.setView(v, now)
 	g.proto.InstallMergeView(v, d, now)
 	g.viewInstalled(v, now)
 }
@@ -253,10 +255,10 @@ func (g *GMS) installMergeView(v View, d digest.Digest, now time.Duration) {
 // have departed: their windows stay open until their cuts close. A member
 // of v is not departed: a cut still open for it (a merge brought it back
 // before the cut closed) is dropped, never closed under a live sender.
-func (g *GMS) setView(v View) {
+func (g *GMS) setView(v View, now time.Duration) {
 	for _, p := range g.view.Members {
 		if p.Member != g.self.Member && !v.Contains(p.Member) {
-			g.open[p.Member] = p
+			g.open[p.Member] = &openWin{peer: p, nudgeAt: now + g.cfg.ViewChangeTimeout}
 		}
 	}
 	g.view = v

@@ -518,7 +518,7 @@ func (g *GMS) finishViewChange(now time.Duration) {
 		if _, ok := g.cuts[m]; !ok {
 			g.stats.CutsResumed++
 			g.log.Info("gms: resuming an open cut", "sender", m)
-			g.startCut(departure{member: m, peer: g.open[m]}, now)
+			g.startCut(departure{member: m, peer: g.open[m].peer}, now)
 		}
 	}
 	g.tryViewChange(now)

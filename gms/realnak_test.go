@@ -273,9 +273,16 @@ func (h *rharness) dump() string {
 	var b []byte
 	for _, n := range h.nodes {
 		g := n.g
-		b = fmt.Appendf(b, "node %d up=%v %v %v view=%v coord=%v vc=%v susp=%v cuts=%d mcuts=%d merge=%v hold=%v xfer=%v\n",
+		b = fmt.Appendf(b, "node %d up=%v %v %v view=%v coord=%v vc=%v susp=%v cuts=%d mcuts=%d open=%v merge=%v hold=%v xfer=%v\n",
 			n.id, h.s.Up(n.Member()), g.Self().Member, g.Status(), g.View(), g.IsCoordinator(), g.coord.vc != nil,
-			g.suspects(), len(g.cuts), len(g.mcuts), g.merge != nil, g.hold != nil, g.xfer != nil)
+			g.suspects(), len(g.cuts), len(g.mcuts), sortedKeys(g.open), g.merge != nil, g.hold != nil, g.xfer != nil)
+		for _, m := range sortedKeys(g.cuts) {
+			c := g.cuts[m]
+			b = fmt.Appendf(b, "    cut %v fixed=%v closed=%v cut=%d acks=%v\n", m, c.fixed, c.closed, c.cut, c.acks)
+		}
+		for _, m := range sortedKeys(g.mcuts) {
+			b = fmt.Appendf(b, "    mcut %v cut=%d acked=%v coord=%v\n", m, g.mcuts[m].cut, g.mcuts[m].acked, g.mcuts[m].coord.Member)
+		}
 		if p := n.p(); p != nil {
 			for _, e := range p.Digest().Entries() {
 				b = fmt.Appendf(b, "    %v low=%d delivered=%d received=%d gaps=%v\n", e.Member, e.Low, e.Delivered, e.Received, p.Gaps(e.Member, nil))
@@ -305,7 +312,7 @@ func rConverged(ns ...*realNode) bool {
 func rQuiet(ns ...*realNode) bool {
 	for _, n := range ns {
 		g := n.g
-		if g.coord.vc != nil || g.merge != nil || g.hold != nil || g.xfer != nil || len(g.prov) > 0 {
+		if g.coord.vc != nil || g.merge != nil || g.hold != nil || g.xfer != nil || len(g.prov) > 0 || len(g.open) > 0 {
 			return false
 		}
 		for _, c := range g.cuts {

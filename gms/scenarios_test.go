@@ -530,3 +530,164 @@ func TestCoordinatorCrashDuringCut(t *testing.T) {
 		}
 	}
 }
+
+// TestMergeUnseenMember: {A,B} | {C,D} under traffic; E joins the {C,D}
+// side during the partition and sends, so A and B never saw E (and E never
+// saw what A and B sent before the merge). After the heal the merge view
+// holds all five; each side's windows for the members it never saw start
+// at 1: every message is delivered once or reported lost, nothing is
+// skipped silently (the first seqno is accounted for), and a range is
+// reported lost only by the other side and only at or below the Low the
+// merge digest gives for its sender.
+func TestMergeUnseenMember(t *testing.T) {
+	lostSeen := 0
+	for seed := range uint64(seeds(20, 4)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h := newRHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
+			a, b, c, d, e := h.add(1), h.add(2), h.add(3), h.add(4), h.add(5)
+			all := []*realNode{a, b, c, d, e}
+			var merges []digest.Digest
+			h.s.AddTap(func(ev sim.TapEvent) {
+				if ev.Kind != sim.TapSend || len(ev.Data) < 3 || !IsMembership(wire.Type(ev.Data[2])) {
+					return
+				}
+				if m, err := decode(ev.Data, 7); err == nil && m.typ == typeView && m.kind == 1 {
+					merges = append(merges, m.dig)
+				}
+			})
+			h.join(0, a)
+			h.join(60*time.Millisecond, b, c, d)
+			h.runUntil(func() bool { return rConverged(a, b, c, d) && rQuiet(a, b, c, d) }, 5*time.Second, "joined")
+			start := h.s.Now()
+			stop := start + 3*time.Second
+			for _, n := range all {
+				h.traffic(n, start, stop, 2*time.Millisecond)
+			}
+			heal := start + 2*time.Second
+			h.s.Partition(start+300*time.Millisecond, heal,
+				[]digest.Member{a.Member(), b.Member()}, []digest.Member{c.Member(), d.Member(), e.Member()})
+			ok, err := h.s.RunWhile(func() bool { return !(rConverged(a, b) && rConverged(c, d) && rQuiet(a, b) && rQuiet(c, d)) },
+				10*time.Millisecond, heal)
+			require.NoError(t, err)
+			require.True(t, ok, "two views with closed cuts: %s", h.dump())
+			h.join(h.s.Now(), e)
+			ok, err = h.s.RunWhile(func() bool { return !(rConverged(c, d, e) && rQuiet(c, d, e)) }, 10*time.Millisecond, heal)
+			require.NoError(t, err)
+			require.True(t, ok, "E joined {C,D} before the heal: %s", h.dump())
+			h.runUntil(func() bool { return h.s.Now() > heal && rConverged(all...) && rQuiet(all...) }, start+20*time.Second, "merged view")
+			h.run(max(h.s.Now(), stop))
+			h.runUntil(func() bool { return rAllDelivered(all...) }, h.s.Now()+10*time.Second, "all delivered")
+			require.NotEmpty(t, merges)
+			side := func(m digest.Member) int {
+				if m.ID <= 2 {
+					return 0
+				}
+				return 1
+			}
+			em := e.self()
+			for _, md := range merges {
+				require.True(t, md.Contains(em), "merge digest without E")
+			}
+			for _, n := range all {
+				for s, rs := range n.app.lost {
+					require.NotEqual(t, side(n.self()), side(s), "%d reports its own side's %v lost", n.id, s)
+					var low uint64
+					for _, md := range merges {
+						if e, ok := md.Lookup(s); ok {
+							low = max(low, e.Low)
+						}
+					}
+					for _, r := range rs {
+						require.LessOrEqual(t, r.To, low, "%d reports %v of %v lost above the merge digest's Low", n.id, r, s)
+					}
+				}
+			}
+			for _, n := range []*realNode{a, b} {
+				// E was never seen here: its history starts at 1, delivered or
+				// reported lost, never skipped.
+				first := uint64(0)
+				if rs := n.app.lost[em]; len(rs) > 0 {
+					first = rs[0].From
+				}
+				if ds := n.app.delivered[em]; len(ds) > 0 && (first == 0 || ds[0] < first) {
+					first = ds[0]
+				}
+				require.Equal(t, uint64(1), first, "%d: E's first message neither delivered nor reported lost", n.id)
+				require.Equal(t, e.sent(), n.app.state[em].last)
+				if len(n.app.lost[em]) > 0 {
+					lostSeen++
+				}
+			}
+			h.noNotFound()
+			h.noErrors()
+		})
+	}
+	t.Logf("members of {A,B} with E's early messages reported lost: %d", lostSeen)
+}
+
+// TestStateProviderCrash: a member fetches the state while everyone sends
+// under loss; the provider (the coordinator, asked first) crashes while it
+// streams the state. The requester gives up on it after StateTimeout,
+// retries another member and converges: its installed state plus what it
+// delivers after equals the new provider's state plus what that one
+// delivers after.
+func TestStateProviderCrash(t *testing.T) {
+	for seed := range uint64(seeds(30, 5)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h := newRHarness(t, seed, lossyNet(seed, 0.1))
+			h.tweak = func(c *Config) { c.StateChunk = 16; c.StateWindow = 2; c.StateTimeout = time.Second }
+			a, b, c, d := h.add(1), h.add(2), h.add(3), h.add(4)
+			all := []*realNode{a, b, c, d}
+			h.join(0, a)
+			h.join(60*time.Millisecond, b, c, d)
+			h.runUntil(func() bool { return rConverged(all...) && rQuiet(all...) }, 5*time.Second, "joined")
+			start := h.s.Now()
+			stop := start + 1500*time.Millisecond
+			for _, n := range all {
+				h.traffic(n, start, stop, 2*time.Millisecond)
+			}
+			chunks, crashed := 0, false
+			r := rand.New(rand.NewPCG(seed, 17))
+			crashAt := 1 + r.IntN(2) // crash within the first window (of ~9 chunks)
+			h.s.AddTap(func(ev sim.TapEvent) {
+				if crashed || ev.Kind != sim.TapSend || ev.From != a.Member() || len(ev.Data) < 3 || !IsMembership(wire.Type(ev.Data[2])) {
+					return
+				}
+				if m, err := decode(ev.Data, 7); err == nil && m.typ == typeStateChunk {
+					if chunks++; chunks == crashAt {
+						crashed = true
+						h.s.Schedule(ev.At, func(time.Duration) { h.s.Crash(a.Member()) })
+					}
+				}
+			})
+			h.do(start+200*time.Millisecond, d, func(now time.Duration) { require.NoError(t, d.g.RequestState(now)) })
+			surv := []*realNode{b, c, d}
+			h.runUntil(func() bool { return len(d.states) > 0 }, start+20*time.Second, "state installed")
+			require.True(t, crashed, "the provider never streamed")
+			require.NoError(t, d.states[0])
+			require.Len(t, d.states, 1)
+			require.NotZero(t, d.g.Stats().StateAborted, "the crashed provider was not abandoned")
+			require.NotEqual(t, a.self(), d.g.done.provider.Member)
+			h.run(max(h.s.Now(), stop+100*time.Millisecond))
+			h.s.SetNet(sim.NetConfig{})
+			h.runUntil(func() bool { return rConverged(surv...) && rQuiet(surv...) && rAllDelivered(surv...) }, h.s.Now()+20*time.Second, "delivered")
+			var prov *realNode
+			for _, n := range surv {
+				if n.self() == d.g.done.provider.Member {
+					prov = n
+				}
+			}
+			require.NotNil(t, prov)
+			want, _ := prov.app.State()
+			got, _ := d.app.State()
+			require.Equal(t, want, got, "requester's state differs from the provider's")
+			for _, n := range surv {
+				for _, s := range surv {
+					require.Empty(t, n.app.lost[s.self()])
+				}
+			}
+			h.noNotFound()
+			h.noErrors()
+		})
+	}
+}

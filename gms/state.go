@@ -120,6 +120,19 @@ func (g *GMS) onStateChunk(m *msg, now time.Duration) {
 		g.send(x.provider, &msg{typ: typeStateAck, id: x.id, a: uint64(len(x.buf))})
 		return
 	}
+	// A digest that does not cover exactly our view, or a departed
+	// sender's window still open here, would leave that sender's part of
+	// the state and our window for it out of step (the digest neither
+	// re-delivers nor skips for it): fetch a fresh state from the same
+	// provider, within the same deadline.
+	if len(g.open) > 0 || x.dig.Matches(g.view.IDs()) != nil {
+		g.stats.StateRetried++
+		g.send(x.provider, &msg{typ: typeStateDone, kind: 1, id: x.id})
+		x.id = g.rng.Uint64() | 1
+		x.buf, x.total, x.dig, x.started = x.buf[:0], 0, digest.Digest{}, false
+		g.sendStateReq(now)
+		return
+	}
 	// Complete: state and digest are installed together, with no delivery
 	// in between (the driver polls the protocol only between entry points).
 	// A digest the protocol cannot install (it no longer retains what it
@@ -172,6 +185,13 @@ func (g *GMS) onStateReq(m *msg, now time.Duration) {
 	}
 	if g.cfg.App == nil {
 		g.send(Peer{Member: m.sender, Addr: m.addr}, &msg{typ: typeStateDone, kind: 1, id: m.id})
+		return
+	}
+	if len(g.open) > 0 {
+		// A departed sender's window is open (its cut is under way): the
+		// digest would not cover it, so the state cannot be installed in
+		// step with it. Not answered: the requester asks again.
+		g.stats.StateDeferred++
 		return
 	}
 	state, err := g.cfg.App.State()
