@@ -2,14 +2,17 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/engine/transport"
+	"github.com/nakcast/nakcast/gms"
 	"github.com/nakcast/nakcast/nakack"
 	"github.com/nakcast/nakcast/wire"
 )
@@ -63,7 +66,19 @@ type agent struct {
 	tokens      float64 // rate limit bucket, bytes
 	tokensAt    time.Duration
 
-	// write side
+	// membership (dynamic membership only)
+	started    atomic.Bool // the goroutine was started
+	viewSize   int
+	inTick     bool // inside gms Tick (see Member.newProtocol)
+	rejoin     bool // excluded: join again after this entry point
+	left       bool // gms reported Left
+	leaveSent  bool // Close's graceful leave started
+	heardAt    map[digest.Member]time.Duration
+	suspected  map[digest.Member]bool
+	suspicions uint64                    // gms's count already reported
+	gaddrs     map[string]netip.AddrPort // parsed gms peer addresses
+
+	// write side (wq[i] is nil for a gms datagram)
 	wq    []*wire.Buffer
 	wb    [][]byte
 	wdsts []netip.AddrPort
@@ -109,6 +124,9 @@ func (a *agent) init(m *Member) {
 	a.loss = newLossRNG(m.cfg.LossSeed, m.cfg.Self)
 	a.addrs = make(map[digest.Member]netip.AddrPort, len(m.cfg.Members))
 	a.addrs[m.cfg.Self] = m.tr.LocalAddr()
+	a.heardAt = make(map[digest.Member]time.Duration)
+	a.suspected = make(map[digest.Member]bool)
+	a.gaddrs = make(map[string]netip.AddrPort)
 	a.group = m.cfg.GroupID
 	a.small = m.cfg.MaxDatagram / 8
 	a.pend = make([]pubSlot, min(1024, m.cfg.RingCapacity))
@@ -121,6 +139,16 @@ func (a *agent) init(m *Member) {
 	a.tokens = float64(m.cfg.BundleBytes)
 	a.cum = make([]uint64, 2*m.cfg.Window)
 	a.cumMask = uint64(2*m.cfg.Window - 1)
+}
+
+// newIncarnation resets the per-incarnation send accounting: the new
+// protocol's seqnos restart at 1. Messages handed to the old protocol and
+// not flushed went with it.
+func (a *agent) newIncarnation(self digest.Member) {
+	a.sentBytes, a.lastSeq = 0, 0
+	a.protoFull, a.unflushed = false, false
+	a.left = false
+	a.addrs[self] = a.m.tr.LocalAddr()
 }
 
 // inFlight returns the payload bytes this member sent that are not stable
@@ -257,7 +285,7 @@ func (a *agent) readErr(err error) {
 // member has drained.
 func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	m := a.m
-	p := m.proto
+	g := m.g
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
@@ -270,7 +298,7 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 		push := m.cfg.Handler != nil
 		for i := 0; i < n; i++ {
 			a.receiveOne(i, now)
-			if push {
+			if p := m.proto; push && p != nil {
 				// Deliver between datagrams: a STABLE that the protocol
 				// sends from inside Receive then reports what was
 				// delivered up to the previous datagram, not up to the
@@ -279,6 +307,28 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 				m.ctr.delivered.Add(uint64(d))
 			}
 		}
+	}
+	if g != nil {
+		// Membership timers (heartbeats, failure detection, view-change
+		// and join retries) before sending: a rejoin may replace the
+		// protocol.
+		if g.NextDeadline() <= now {
+			a.inTick = true
+			g.Tick(now)
+			a.inTick = false
+		}
+		a.afterGMS(now)
+	}
+	p := m.proto
+	if p == nil {
+		// Not in a view (joining, or excluded and rejoining): messages
+		// wait in the ring.
+		a.queueGMS()
+		deadline = g.NextDeadline()
+		if m.closing.Load() {
+			finished = a.left || g.Status() == gms.StatusIdle
+		}
+		return work, deadline, finished
 	}
 
 	// 2. Send: the ring's committed messages, then flush when idle.
@@ -309,11 +359,18 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 		a.queue(o.To, o.Buf)
 	}
 	p.ClearOutbox()
+	if g != nil {
+		a.checkSuspicions(now)
+		a.queueGMS()
+	}
 
 	if now >= a.lagCheckAt {
 		a.checkLag(now)
 	}
 	deadline = min(p.NextDeadline(), a.lagCheckAt)
+	if g != nil {
+		deadline = min(deadline, g.NextDeadline())
+	}
 	if work > 0 {
 		a.lastTraffic = now
 	} else if now-a.lastTraffic > idleAfter {
@@ -325,7 +382,23 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	if a.unflushed && m.cfg.BundleDelay > 0 {
 		deadline = min(deadline, a.bundleAt+m.cfg.BundleDelay)
 	}
-	if closing && a.pendI == a.pendN && m.q.pub.Len() == 0 && !a.unflushed {
+	if closing && g != nil && a.pendI == a.pendN && m.q.pub.Len() == 0 && !a.unflushed {
+		// Dynamic membership: once everything is stable, leave through
+		// gms (the others stop counting on us at once); done on Left.
+		switch {
+		case a.leaveSent:
+			finished = a.left
+		case a.allStable():
+			m.drained.Store(true)
+			a.leaveSent = true
+			if err := g.Leave(now); err != nil {
+				finished = true
+			}
+			finished = finished || a.left
+			a.queueGMS()
+			deadline = min(deadline, g.NextDeadline())
+		}
+	} else if closing && a.pendI == a.pendN && m.q.pub.Len() == 0 && !a.unflushed {
 		switch {
 		case a.lingerUntil > 0:
 			finished = now >= a.lingerUntil
@@ -364,15 +437,30 @@ func (a *agent) receiveOne(i int, now time.Duration) {
 		}
 		return
 	}
-	a.rbufs[i] = nil
-	b.N = n
 	if src := a.srcs[i]; src.IsValid() {
 		if old, ok := a.addrs[h.Sender]; !ok || old != src {
-			if len(a.addrs) < 4*len(m.cfg.Members)+64 {
+			if len(a.addrs) < 4*a.viewSize+64 {
 				a.addrs[h.Sender] = src
 			}
 		}
 	}
+	if m.g != nil {
+		if gms.IsMembership(h.Type) {
+			// gms copies what it keeps: the buffer stays in its slot.
+			a.heard(h.Sender, now)
+			m.ctr.membershipIn.Add(1)
+			if err := m.g.Receive(b.B[:n], now); err != nil {
+				m.ctr.dropMalformed.Add(1)
+			}
+			return
+		}
+		if m.proto == nil {
+			m.ctr.dropNotJoined.Add(1)
+			return
+		}
+	}
+	a.rbufs[i] = nil
+	b.N = n
 	// A small datagram (a lone message, a control message) would pin a
 	// MaxDatagram buffer while the window retains it: copy it to its size
 	// class and reuse the big one.
@@ -395,9 +483,12 @@ func (a *agent) drainSend(now time.Duration) int {
 	m := a.m
 	p := m.proto
 	work := 0
+	if m.g != nil && m.g.Status() != gms.StatusMember {
+		return 0 // leaving: nothing more goes out
+	}
 	var low uint64
 	if m.cfg.InFlightBytes > 0 {
-		e, _ := p.WindowState(m.cfg.Self)
+		e, _ := p.WindowState(p.Self())
 		low = e.Low
 	}
 	for {
@@ -511,6 +602,54 @@ func (a *agent) queue(to digest.Member, b *wire.Buffer) {
 	a.wdsts = append(a.wdsts, dst)
 }
 
+// afterGMS acts on what a gms entry point asked of the engine: a rejoin
+// after an exclusion.
+func (a *agent) afterGMS(now time.Duration) {
+	if a.rejoin {
+		a.rejoin = false
+		if err := a.m.g.Join(now); err != nil {
+			a.m.log.l.Error("rejoin", "err", err)
+		}
+	}
+}
+
+// queueGMS moves gms's outbox into the write batch: multicasts to the
+// group, unicasts to the peer's unicast address. An address that does not
+// parse, or that the transport's safety rules would refuse (which would
+// fail the whole batch), is dropped and counted.
+func (a *agent) queueGMS() {
+	m := a.m
+	for _, o := range m.g.Outbox() {
+		var dst netip.AddrPort
+		if !o.To.IsZero() {
+			var ok bool
+			if dst, ok = a.gaddrs[o.To.Addr]; !ok {
+				d, err := netip.ParseAddrPort(o.To.Addr)
+				if err != nil || !a.unicastOK(d) {
+					m.ctr.dropBadAddress.Add(1)
+					m.log.rateLimited("membership address", fmt.Errorf("peer %v: address %q refused", o.To.Member, o.To.Addr))
+					continue
+				}
+				if len(a.gaddrs) > 4*a.viewSize+64 {
+					clear(a.gaddrs)
+				}
+				a.gaddrs[o.To.Addr], dst = d, d
+			}
+		}
+		a.wq = append(a.wq, nil)
+		a.wb = append(a.wb, o.Data)
+		a.wdsts = append(a.wdsts, dst)
+	}
+	m.g.ClearOutbox()
+}
+
+// unicastOK reports whether the transport may send to d.
+func (a *agent) unicastOK(d netip.AddrPort) bool {
+	ad := d.Addr()
+	return d.Port() != 0 && !ad.IsMulticast() && !ad.IsUnspecified() && ad.Is4() == a.m.cfg.Group.Addr().Is4() &&
+		(ad.IsLoopback() || a.m.cfg.AllowNonLoopback)
+}
+
 // write sends the write batch (outside the lock) and releases the buffers.
 func (a *agent) write() {
 	if len(a.wq) == 0 {
@@ -525,7 +664,9 @@ func (a *agent) write() {
 		m.log.rateLimited("write", err)
 	}
 	for i, b := range a.wq {
-		b.Release()
+		if b != nil {
+			b.Release()
+		}
 		a.wq[i] = nil
 		a.wb[i] = nil
 	}
@@ -550,8 +691,10 @@ func (a *agent) checkLag(now time.Duration) {
 	a.lagCheckAt = now + lagCheckInterval
 	m := a.m
 	var worst uint64
-	for _, mem := range m.cfg.Members {
-		if e, ok := m.proto.WindowState(mem); ok && mem != m.cfg.Self && e.Received > e.Delivered {
+	p := m.proto
+	self := p.Self()
+	for _, mem := range p.View().Members {
+		if e, ok := p.WindowState(mem); ok && mem != self && e.Received > e.Delivered {
 			worst = max(worst, e.Received-e.Delivered)
 		}
 	}
@@ -560,7 +703,7 @@ func (a *agent) checkLag(now time.Duration) {
 	case !a.lagging && worst > w/2:
 		a.lagging = true
 		m.ctr.laggingEpisodes.Add(1)
-		m.events.push(Event{Kind: EventLagging, Sender: m.cfg.Self, From: worst})
+		m.events.push(Event{Kind: EventLagging, Sender: self, From: worst})
 		m.log.l.Warn("application is not consuming: delivery backlog above half the window", "backlog", worst, "window", w)
 	case a.lagging && worst < w/4:
 		a.lagging = false
@@ -576,7 +719,7 @@ const closeLingerRounds = 3
 // member): then leaving takes nothing from anybody.
 func (a *agent) allStable() bool {
 	p := a.m.proto
-	for _, mem := range a.m.cfg.Members {
+	for _, mem := range p.View().Members {
 		if e, ok := p.WindowState(mem); ok && e.Low < e.Received {
 			return false
 		}

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
 	"math/bits"
 	"net"
@@ -63,9 +64,14 @@ const (
 	DefaultStableBytes    = 1 << 20
 	DefaultHeartbeat      = 500 * time.Millisecond
 	DefaultSuspectTimeout = 5 * time.Second
-	DefaultDeliverBatch   = 1024
-	DefaultPoolBytes      = 256 << 20
-	DefaultInFlightBytes  = 32 << 20
+	// DefaultProbeTimeout, DefaultLeaveTimeout and DefaultDiscoveryTimeout
+	// are dynamic membership's.
+	DefaultProbeTimeout     = 150 * time.Millisecond
+	DefaultLeaveTimeout     = 2 * time.Second
+	DefaultDiscoveryTimeout = 100 * time.Millisecond
+	DefaultDeliverBatch     = 1024
+	DefaultPoolBytes        = 256 << 20
+	DefaultInFlightBytes    = 32 << 20
 )
 
 // DefaultGroup is the group used when Config.Group is unset.
@@ -89,11 +95,15 @@ const (
 // default; Open validates and reports every bad value as an error wrapping
 // ErrInvalidConfig that names the field and the allowed range.
 //
-// Membership is static until gms/ lands: Members lists the view (the same
-// list, in the same order, on every member; the first is the coordinator
-// that computes stability), and Self must be in it. A nil Members makes a
-// single-member group {Self}. Members started at different times still
-// converge: every member keeps every message until all of Members have
+// Membership is dynamic by default: with Members nil, Open joins the group
+// through gms/ (multicast discovery, or InitialHosts), founding a new group
+// as its coordinator when nobody answers; failure detection, graceful leave
+// and state transfer come with it. A non-nil Members selects static
+// membership instead (benchmarks, fixed deployments): Members lists the view
+// (the same list, in the same order, on every member; the first is the
+// coordinator that computes stability), Self must be in it, and nothing
+// joins, leaves or is excluded. Static members started at different times
+// still converge: every member keeps every message until all of them
 // delivered it, so a late starter repairs what it missed by NAK.
 type Config struct {
 	// Group is the multicast group and port (default 239.255.0.1:45588).
@@ -120,10 +130,45 @@ type Config struct {
 	Transport string
 
 	// Self identifies this member; the zero Member picks a random ID with
-	// incarnation 1.
+	// incarnation 1. With dynamic membership only Self.ID is used: gms
+	// picks a new incarnation on every join attempt (Member.Self returns
+	// the current one).
 	Self digest.Member
-	// Members is the static view, coordinator first; nil means {Self}.
+	// Members is the static view, coordinator first; nil (the default)
+	// joins the group dynamically through gms.
 	Members []digest.Member
+
+	// InitialHosts, with dynamic membership, replaces multicast discovery:
+	// discovery requests are unicast to these members' unicast addresses
+	// (Member.LocalAddr of running members).
+	InitialHosts []netip.AddrPort
+	// DiscoveryTimeout is how long a joiner collects discovery answers
+	// before joining the coordinator they name, or founding a new group
+	// when nobody answered (default 100ms; 1ms..10s). Too short for the
+	// host's load and a joiner founds a group of its own beside the
+	// existing one (gms merges them once their coordinators hear each
+	// other's heartbeats).
+	DiscoveryTimeout time.Duration
+	// JoinAttempts bounds the join attempts (discovery rounds and
+	// JOIN_REQs) before Open gives up with ErrJoinFailed (default 0: keep
+	// trying until Open's context ends).
+	JoinAttempts int
+	// GetState writes the application state (state transfer provider): it
+	// is called on the agent goroutine with the protocol lock held, at a
+	// point where nothing is delivered until it returns, so the state and
+	// the digest captured with it describe the same point. It must not
+	// call this member's methods. Optional: without it this member refuses
+	// state requests and the requester tries another member.
+	GetState func(w io.Writer) error
+	// SetState replaces the application state with the one read from r
+	// (state transfer requester), on the agent goroutine with the lock
+	// held, before any message that follows the state is delivered;
+	// messages delivered earlier are superseded by the state.
+	SetState func(r io.Reader) error
+	// FetchState makes Open, after joining, fetch the application state
+	// from another member (SetState required) and return only once it is
+	// installed. The founder of a group has nobody to ask and skips it.
+	FetchState bool
 
 	// RingCapacity is the number of slots of the publication ring between
 	// senders and the agent (power of two, default 4096).
@@ -173,12 +218,18 @@ type Config struct {
 	// StableBytes also triggers a STABLE after this many bytes received
 	// (default 1 MiB).
 	StableBytes int
-	// HeartbeatInterval and SuspectTimeout are the failure-detection
-	// timeouts used by membership (gms); validated now, used when gms
-	// lands. Defaults 500ms and 5s; SuspectTimeout must exceed
+	// HeartbeatInterval and SuspectTimeout are membership's failure
+	// detection (dynamic membership only): every member multicasts a
+	// heartbeat each HeartbeatInterval; a member silent for SuspectTimeout
+	// is probed directly and, if the probe is not answered within
+	// ProbeTimeout, suspected (EventSuspect) and excluded by the
+	// coordinator. Defaults 500ms, 5s and 150ms; SuspectTimeout must exceed
 	// HeartbeatInterval.
 	HeartbeatInterval time.Duration
 	SuspectTimeout    time.Duration
+	ProbeTimeout      time.Duration
+	// LeaveTimeout bounds the graceful leave of Close (default 2s).
+	LeaveTimeout time.Duration
 
 	// RecvBuffer and SendBuffer are SO_RCVBUF and SO_SNDBUF (default
 	// 4 MiB each).
@@ -297,9 +348,29 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Self.ID == 0 {
 		return bad("Self %v: ID must not be 0", c.Self)
 	}
-	if len(c.Members) == 0 {
-		c.Members = []digest.Member{c.Self}
+	if c.Members == nil {
+		for i, h := range c.InitialHosts {
+			if !h.IsValid() || h.Port() == 0 || h.Addr().IsMulticast() || h.Addr().Is4() != g.Is4() ||
+				(!h.Addr().IsLoopback() && !c.AllowNonLoopback) {
+				return bad("InitialHosts[%d] %v: want a unicast address and port of the group's family (loopback unless AllowNonLoopback)", i, h)
+			}
+		}
+		if c.JoinAttempts < 0 {
+			return bad("JoinAttempts %d: want 0 (until Open's context ends) or more", c.JoinAttempts)
+		}
+		if c.FetchState && c.SetState == nil {
+			return bad("FetchState true: needs SetState")
+		}
 	} else {
+		if len(c.Members) == 0 {
+			return bad("Members []: want nil (dynamic membership) or the static view")
+		}
+		if c.FetchState {
+			return bad("FetchState true: needs dynamic membership (Members nil)")
+		}
+		if len(c.InitialHosts) > 0 {
+			return bad("InitialHosts %v: need dynamic membership (Members nil)", c.InitialHosts)
+		}
 		c.Members = append([]digest.Member(nil), c.Members...)
 		seen := make(map[digest.Member]bool, len(c.Members))
 		self := false
@@ -372,6 +443,9 @@ func (c Config) withDefaults() (Config, error) {
 		{&c.StableInterval, "StableInterval", DefaultStableInterval, time.Millisecond, time.Minute},
 		{&c.HeartbeatInterval, "HeartbeatInterval", DefaultHeartbeat, time.Millisecond, time.Minute},
 		{&c.SuspectTimeout, "SuspectTimeout", DefaultSuspectTimeout, time.Millisecond, 10 * time.Minute},
+		{&c.ProbeTimeout, "ProbeTimeout", DefaultProbeTimeout, time.Millisecond, time.Minute},
+		{&c.LeaveTimeout, "LeaveTimeout", DefaultLeaveTimeout, time.Millisecond, 10 * time.Minute},
+		{&c.DiscoveryTimeout, "DiscoveryTimeout", DefaultDiscoveryTimeout, time.Millisecond, 10 * time.Second},
 	}
 	for _, d := range durs {
 		if *d.p == 0 {

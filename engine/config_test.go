@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"io"
 	"math"
 	"net/netip"
 	"testing"
@@ -26,7 +27,7 @@ func TestConfigDefaults(t *testing.T) {
 	require.Equal(t, IdleBlock, c.Idle)
 	require.Zero(t, c.LossRate)
 	require.False(t, c.Self.IsZero())
-	require.Equal(t, []digest.Member{c.Self}, c.Members)
+	require.Nil(t, c.Members, "dynamic membership (gms) by default")
 	require.NotZero(t, c.GroupID)
 	require.NotNil(t, c.Logger)
 
@@ -60,6 +61,23 @@ func TestConfigErrors(t *testing.T) {
 		{"Members", func(c *Config) { c.Members = []digest.Member{other} }},
 		{"Members[1]", func(c *Config) { c.Members = []digest.Member{self, self} }},
 		{"Members[1]", func(c *Config) { c.Members = []digest.Member{self, {}} }},
+		{"Members", func(c *Config) { c.Members = []digest.Member{} }},
+		{"FetchState", func(c *Config) { c.FetchState = true }},
+		{"FetchState", func(c *Config) {
+			c.Members = []digest.Member{self}
+			c.FetchState = true
+			c.SetState = func(io.Reader) error { return nil }
+		}},
+		{"InitialHosts", func(c *Config) {
+			c.Members = []digest.Member{self}
+			c.InitialHosts = []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:5000")}
+		}},
+		{"InitialHosts[0]", func(c *Config) { c.InitialHosts = []netip.AddrPort{netip.MustParseAddrPort("10.0.0.1:5000")} }},
+		{"InitialHosts[0]", func(c *Config) { c.InitialHosts = []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:0")} }},
+		{"JoinAttempts", func(c *Config) { c.JoinAttempts = -1 }},
+		{"ProbeTimeout", func(c *Config) { c.ProbeTimeout = -1 }},
+		{"LeaveTimeout", func(c *Config) { c.LeaveTimeout = time.Hour }},
+		{"DiscoveryTimeout", func(c *Config) { c.DiscoveryTimeout = time.Minute }},
 		{"RingCapacity", func(c *Config) { c.RingCapacity = 1000 }},
 		{"RingCapacity", func(c *Config) { c.RingCapacity = -4 }},
 		{"RingCapacity", func(c *Config) { c.RingCapacity = 1 << 30 }},

@@ -6,9 +6,9 @@
 //
 // The package owns goroutines, sockets (through engine/transport), timers,
 // buffer pools, logging and metrics. It must not hold protocol rules: what
-// to send, when to repair, what is stable or lost is decided by nakack/ (and
-// membership by gms/, once it lands); the engine only drives them with
-// datagrams, messages and a clock.
+// to send, when to repair, what is stable or lost is decided by nakack/,
+// views, joins, failures and state transfer by gms/; the engine only drives
+// them with datagrams, messages and a clock.
 //
 // # Guarantee
 //
@@ -19,13 +19,39 @@
 // reported once as a lost range, never skipped silently. There is no total
 // order across senders and no virtual synchrony.
 //
-// # Membership (static, until gms lands)
+// # Membership
 //
-// Config.Members lists the view, the same on every member, coordinator
-// first; every member keeps every message until all of them delivered it,
-// so members may start in any order and a late one repairs what it missed.
-// A member that never starts holds up stability: senders back-pressure
-// once their retention window (Config.Window) is full.
+// By default (Config.Members nil) membership is dynamic, run by gms/: Open
+// discovers the group (a multicast discovery request, or unicast to
+// Config.InitialHosts), sends JOIN_REQ with a new incarnation per attempt
+// and returns once the JoinRsp's view and digest are installed; a member
+// that finds nobody founds the group and coordinates it. Optionally
+// (Config.FetchState) it then fetches the application state from another
+// member: Config.GetState on the provider and Config.SetState on the
+// joiner, installed together with the digest captured at the same point
+// (seed 003), so the state plus what the joiner delivers after it equals the
+// provider's. Members multicast heartbeats; a member silent for
+// Config.SuspectTimeout whose probe goes unanswered is suspected
+// (EventSuspect) and excluded (EventView); survivors complete its messages
+// from each other up to one cut, so all end with the same prefix. Close
+// drains what this member sent, then leaves gracefully (the others install
+// a view without it at once). A member excluded by mistake (a stall longer
+// than the suspicion timeout, a partition) reports EventLeft and rejoins as
+// a new incarnation; partitions that heal are merged by gms. Each
+// incarnation runs its own nakack protocol (its seqnos restart at 1).
+//
+// The agent routes membership datagrams (wire types 16..39, gms.IsMembership)
+// to gms and the rest to the protocol, runs both state machines' timers,
+// and sends gms's outbox (unicasts to the peer's unicast address, which is
+// Member.LocalAddr).
+//
+// Static membership (Config.Members set: benchmarks, fixed deployments)
+// skips all of that: Config.Members lists the view, the same on every
+// member, coordinator first; every member keeps every message until all of
+// them delivered it, so members may start in any order and a late one
+// repairs what it missed. A member that never starts holds up stability:
+// senders back-pressure once their retention window (Config.Window) is
+// full.
 //
 // # Runtime
 //

@@ -20,4 +20,10 @@ var (
 	// ErrTooLarge is returned by Send, TrySend and TryClaim for a payload
 	// larger than Config.MaxMessage.
 	ErrTooLarge = errors.New("engine: message too large")
+	// ErrJoinFailed is wrapped by Open's error when the join did not
+	// complete: its context ended, or Config.JoinAttempts were spent.
+	ErrJoinFailed = errors.New("engine: join failed")
+	// ErrStateTransfer is wrapped by Open's error when Config.FetchState
+	// could not install the state (no member provided it, or ctx ended).
+	ErrStateTransfer = errors.New("engine: state transfer failed")
 )

@@ -12,14 +12,16 @@ type EventKind uint8
 
 // Event kinds.
 const (
-	// EventView: a view was installed (View, Members). With static
-	// membership there is one, at Open.
+	// EventView: a view was installed (View, Members, coordinator first).
+	// With static membership there is one, at Open.
 	EventView EventKind = iota + 1
 	// EventLost: Sender's seqnos From..To will never be delivered (the
 	// sender purged them before this member got them: see the README).
 	EventLost
-	// EventSuspect: Sender is suspected of having failed (arrives with
-	// gms).
+	// EventSuspect: this member suspects Sender (a member of View) of
+	// having failed: silent for Config.SuspectTimeout and its probe
+	// unanswered. The coordinator excludes it (an EventView follows). A
+	// zero Sender: a suspicion the engine could not attribute.
 	EventSuspect
 	// EventLagging: Sender (this member: the application is not
 	// consuming) has From messages of some sender received but not
@@ -27,6 +29,14 @@ const (
 	// sender, will soon wait for it. Reported once per episode. (Lag of
 	// other members, seen by the coordinator, arrives with gms.)
 	EventLagging
+	// EventLeft: this member is no longer in the group: Err is nil after
+	// the graceful leave of Close, wraps gms.ErrExcluded when the group
+	// excluded it (a false suspicion or a partition: the engine rejoins at
+	// once as a new incarnation, and an EventView follows).
+	EventLeft
+	// EventState: a state transfer completed (Err nil: the state was
+	// installed through Config.SetState) or gave up (Err).
+	EventState
 )
 
 // String names the kind.
@@ -40,6 +50,10 @@ func (k EventKind) String() string {
 		return "suspect"
 	case EventLagging:
 		return "lagging"
+	case EventLeft:
+		return "left"
+	case EventState:
+		return "state"
 	}
 	return "unknown"
 }
@@ -52,6 +66,7 @@ type Event struct {
 	Members  []digest.Member
 	Sender   digest.Member
 	From, To uint64
+	Err      error
 }
 
 // eventQueueCap bounds the queued events; older ones are dropped (and

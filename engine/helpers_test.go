@@ -85,11 +85,41 @@ type recorder struct {
 	total int
 	cond  chan struct{}
 	want  int
+	// notify is signalled (without blocking) after every delivery and
+	// state install: waitFor's wake-up.
+	notify chan struct{}
+	// installs counts states installed (state transfer tests).
+	installs int
 }
 
 func newRecorder(want int) *recorder {
 	return &recorder{last: map[digest.Member]uint64{}, count: map[digest.Member]int{},
-		hash: map[digest.Member]uint64{}, cond: make(chan struct{}), want: want}
+		hash: map[digest.Member]uint64{}, cond: make(chan struct{}), want: want, notify: make(chan struct{}, 1)}
+}
+
+// signal wakes waitFor.
+func (r *recorder) signal() {
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// waitFor waits until cond (called with r.mu held) holds or ctx ends.
+func (r *recorder) waitFor(ctx context.Context, cond func() bool) error {
+	for {
+		r.mu.Lock()
+		ok := cond()
+		r.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-r.notify:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 func (r *recorder) Deliver(s digest.Member, seq uint64, p []byte) {
@@ -113,6 +143,7 @@ func (r *recorder) Deliver(s digest.Member, seq uint64, p []byte) {
 	if r.total == r.want {
 		close(r.cond)
 	}
+	r.signal()
 }
 
 func (r *recorder) Lost(s digest.Member, from, to uint64) {

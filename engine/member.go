@@ -13,6 +13,7 @@ import (
 
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/engine/transport"
+	"github.com/nakcast/nakcast/gms"
 	"github.com/nakcast/nakcast/nakack"
 	"github.com/nakcast/nakcast/wire"
 )
@@ -21,14 +22,30 @@ import (
 // that runs the protocol, and the application's API. Send, TrySend,
 // TryClaim, Poll, Events and Stats are safe for concurrent use.
 type Member struct {
-	cfg   Config
-	tr    transport.Transport
-	info  transport.Info
-	pool  *wire.Pool
+	cfg  Config
+	tr   transport.Transport
+	info transport.Info
+	pool *wire.Pool
+	// proto is the current incarnation's protocol: with dynamic
+	// membership it is created by gms on a join (newProtocol) and is nil
+	// while this member is not in a view. Guarded by mu.
 	proto *nakack.Protocol
-	q     *sendQueue
-	epoch time.Time
-	log   *logger
+	// lastProto is the last incarnation's protocol once dropped (Stats
+	// after Close or while rejoining). Guarded by mu.
+	lastProto *nakack.Protocol
+	// g is the membership state machine (nil with static membership),
+	// view its installed view; both guarded by mu.
+	g     *gms.GMS
+	view  gms.View
+	selfV atomic.Value // digest.Member: the current incarnation
+	// joined is set by the first installed view; joinCh carries the join's
+	// outcome to Open, stateCh the state transfer's.
+	joined  bool
+	joinCh  chan error
+	stateCh chan error
+	q       *sendQueue
+	epoch   time.Time
+	log     *logger
 
 	// mu guards proto: the agent holds it for one iteration's protocol
 	// work (never during a syscall), Poll holds it for one batch of
@@ -61,9 +78,16 @@ type Member struct {
 	closeErr  error
 }
 
-// Open validates cfg, opens the transport, installs the static view and
-// starts the agent. ctx bounds the opening only (a joining protocol will
-// wait on it once gms lands); the member lives until Close.
+// Open validates cfg, opens the transport and starts the agent. With
+// dynamic membership (Config.Members nil, the default) it joins the group
+// through gms: discovery (multicast, or Config.InitialHosts), then
+// JOIN_REQ with a new incarnation per attempt, founding a new group as its
+// coordinator when nobody answers discovery; it returns once the view and
+// digest of the JoinRsp are installed (and, with Config.FetchState, the
+// application state), or an error wrapping ErrJoinFailed (or
+// ErrStateTransfer) and the cause when ctx ends or the join gives up
+// (Config.JoinAttempts). With static membership it installs the static
+// view at once. ctx bounds the opening only; the member lives until Close.
 func Open(ctx context.Context, cfg Config) (*Member, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("open: %w", err)
@@ -96,11 +120,33 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 		deliverCh: make(chan struct{}),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
+		joinCh:    make(chan error, 1),
+		stateCh:   make(chan error, 1),
 	}
+	m.selfV.Store(cfg.Self)
 	if m.info.BufferCapped {
 		m.log.l.Warn("socket buffers capped by the kernel (net.core.rmem_max/wmem_max); expect drops at full rate",
 			"group_rcvbuf", m.info.GroupRecvBuffer, "unicast_rcvbuf", m.info.UnicastRecvBuffer, "sndbuf", m.info.SendBuffer,
 			"want", cfg.RecvBuffer)
+	}
+	m.q, err = newSendQueue(cfg.RingCapacity, cfg.InlineSize, m.wakeAgent)
+	if err != nil {
+		tr.Close()
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	if cfg.Members == nil {
+		if m.g, err = m.newGMS(); err != nil {
+			tr.Close()
+			return nil, fmt.Errorf("open: membership: %w", err)
+		}
+		m.ag.init(m)
+		m.log.l.Debug("member joining", "group", tr.Group().String(), "local", tr.LocalAddr().String(),
+			"idle", cfg.Idle.String(), "max_datagram", cfg.MaxDatagram)
+		if err := m.join(ctx); err != nil {
+			m.abort()
+			return nil, fmt.Errorf("open: %w", err)
+		}
+		return m, nil
 	}
 	stableIval := cfg.StableInterval
 	if cfg.Self == cfg.Members[0] {
@@ -112,44 +158,45 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 		// millisecond.
 		stableIval = min(stableIval, coordStableInterval)
 	}
-	m.proto, err = nakack.New(nakack.Config{
-		Self:           cfg.Self,
-		Group:          cfg.GroupID,
-		Pool:           m.pool,
-		MaxDatagram:    cfg.BundleBytes,
-		SendWindow:     cfg.Window,
-		RecvWindow:     2 * cfg.Window, // slack for a receiver that missed a STABILITY (purges late): fewer Full drops and repairs
-		MaxMessage:     cfg.MaxMessage,
-		NakDelay:       cfg.NakDelay,
-		NakInterval:    cfg.NakInterval,
-		NakMaxInterval: cfg.NakMaxInterval,
-		UnicastNaks:    cfg.UnicastNaks,
-		StableInterval: stableIval,
-		StableBytes:    int64(cfg.StableBytes),
-		Seed:           cfg.LossSeed ^ cfg.Self.ID,
-		Logger:         cfg.Logger,
-	})
+	m.proto, err = m.newNakack(cfg.Self, stableIval)
 	if err != nil {
 		tr.Close()
 		return nil, fmt.Errorf("open: protocol: %w", err)
 	}
-	m.q, err = newSendQueue(cfg.RingCapacity, cfg.InlineSize, m.wakeAgent)
-	if err != nil {
-		tr.Close()
-		return nil, fmt.Errorf("open: %w", err)
-	}
 	m.ag.init(m)
+	m.ag.viewSize = len(cfg.Members)
 	view := nakack.View{ID: digest.ViewID{Coord: cfg.Members[0], Counter: 1}, Members: cfg.Members}
 	m.proto.InstallView(view, digest.Digest{}, 0)
 	m.events.push(Event{Kind: EventView, View: view.ID, Members: append([]digest.Member(nil), cfg.Members...)})
 	m.log.l.Debug("member open", "group", tr.Group().String(), "local", tr.LocalAddr().String(),
 		"members", len(cfg.Members), "idle", cfg.Idle.String(), "max_datagram", cfg.MaxDatagram)
-	go m.ag.run()
+	m.startAgent()
 	return m, nil
 }
 
-// Self returns this member's identity.
-func (m *Member) Self() digest.Member { return m.cfg.Self }
+// Self returns this member's identity: with dynamic membership, its
+// current incarnation (a new one after an exclusion and rejoin).
+func (m *Member) Self() digest.Member { return m.selfV.Load().(digest.Member) }
+
+// startAgent starts the agent goroutine.
+func (m *Member) startAgent() {
+	m.ag.started.Store(true)
+	go m.ag.run()
+}
+
+// abort stops a member whose Open failed: no drain, no leave.
+func (m *Member) abort() {
+	m.stopAgent()
+	select {
+	case <-m.done:
+	default:
+		if m.ag.started.Load() {
+			<-m.done
+		}
+	}
+	m.tr.Close()
+	m.events.close()
+}
 
 // Config returns the configuration in force, defaults filled in.
 func (m *Member) Config() Config { return m.cfg }
@@ -295,6 +342,10 @@ func (m *Member) Poll(h Handler, limit int) int {
 		return 0
 	}
 	m.mu.Lock()
+	if m.proto == nil {
+		m.mu.Unlock()
+		return 0
+	}
 	m.ag.pullH.h = h
 	n := m.proto.Poll(&m.ag.pullH, limit)
 	m.ag.pullH.h = nil
@@ -304,10 +355,13 @@ func (m *Member) Poll(h Handler, limit int) int {
 }
 
 // Close stops sending, waits until everything this member sent is stable
-// (delivered by every member of the view) or ctx ends, then stops the agent
-// and releases the sockets. In pull mode, messages not yet polled when Close
-// is called are discarded so that stability can progress. It returns an
-// error wrapping ctx's when the drain was cut short; the member is closed
+// (delivered by every member of the view) or ctx ends, then, with dynamic
+// membership, leaves the group gracefully (the coordinator installs a view
+// without this member; bounded by Config.LeaveTimeout and ctx), stops the
+// agent and releases the sockets. In pull mode, messages not yet polled
+// when Close is called are discarded so that stability can progress. It
+// returns an error wrapping ctx's when the drain was cut short (the others
+// then exclude this member by failure detection); the member is closed
 // either way. Calling Close again returns the first result.
 func (m *Member) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() {
@@ -325,12 +379,12 @@ func (m *Member) Close(ctx context.Context) error {
 			err = nil
 		}
 		if !m.drained.Load() {
-			m.closeErr = fmt.Errorf("close %v: drain incomplete: %w", m.cfg.Self, context.Cause(ctx))
+			m.closeErr = fmt.Errorf("close %v: drain incomplete: %w", m.Self(), context.Cause(ctx))
 			if ctx.Err() == nil {
-				m.closeErr = fmt.Errorf("close %v: drain incomplete: %w", m.cfg.Self, ErrClosed)
+				m.closeErr = fmt.Errorf("close %v: drain incomplete: %w", m.Self(), ErrClosed)
 			}
 		} else if err != nil {
-			m.closeErr = fmt.Errorf("close %v: %w", m.cfg.Self, err)
+			m.closeErr = fmt.Errorf("close %v: %w", m.Self(), err)
 		}
 		m.events.close()
 		m.log.l.Debug("member closed", "drained", m.drained.Load())

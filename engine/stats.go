@@ -5,6 +5,7 @@ import (
 
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/engine/transport"
+	"github.com/nakcast/nakcast/gms"
 	"github.com/nakcast/nakcast/nakack"
 	"github.com/nakcast/nakcast/wire"
 )
@@ -32,6 +33,10 @@ type counters struct {
 	lostRanges           atomic.Uint64
 	backlog              atomic.Uint64
 	laggingEpisodes      atomic.Uint64
+	membershipIn         atomic.Uint64
+	dropNotJoined        atomic.Uint64
+	dropBadAddress       atomic.Uint64
+	suspicions           atomic.Uint64
 }
 
 // Drops counts dropped datagrams (or messages, where noted) by reason.
@@ -58,6 +63,12 @@ type Drops struct {
 	Reassembly uint64
 	// Self: own datagrams looped back by the kernel (normal on loopback).
 	Self uint64
+	// NotJoined: protocol datagrams received while this member was not in
+	// a view (joining, or rejoining after an exclusion).
+	NotJoined uint64
+	// BadAddress: membership datagrams not sent because the peer's
+	// unicast address did not parse or is not allowed.
+	BadAddress uint64
 }
 
 // SenderWindow is this member's view of one sender: Low is the highest
@@ -100,21 +111,48 @@ type Stats struct {
 	// LaggingEpisodes counts EventLagging reports (backlog above Window/2).
 	Backlog         uint64
 	LaggingEpisodes uint64
-	Drops           Drops
+	// Suspicions counts EventSuspect reports; MembershipIn the membership
+	// datagrams received (dynamic membership).
+	Suspicions   uint64
+	MembershipIn uint64
+	Drops        Drops
+	// View is the installed view (zero while not in one) and Members its
+	// members, coordinator first.
+	View    digest.ViewID
+	Members []digest.Member
 	// Senders is the window of every sender this member knows.
 	Senders []SenderWindow
-	// Protocol, Pool and Transport are the layers' own counters.
-	Protocol  nakack.Stats
-	Pool      wire.PoolStats
-	Transport transport.Info
+	// Protocol, Membership, Pool and Transport are the layers' own
+	// counters (Protocol: the current incarnation's; Membership: zero with
+	// static membership).
+	Protocol   nakack.Stats
+	Membership gms.Stats
+	Pool       wire.PoolStats
+	Transport  transport.Info
 }
 
 // Stats returns a snapshot of the counters. It takes the protocol lock
 // briefly and allocates (the Senders slice): call it at human rates.
 func (m *Member) Stats() Stats {
 	m.mu.Lock()
-	ps := m.proto.Stats()
-	d := m.proto.Digest()
+	var ps nakack.Stats
+	var d digest.Digest
+	var view nakack.View
+	p := m.proto
+	if p == nil {
+		p = m.lastProto
+	}
+	if p != nil {
+		ps = p.Stats()
+		d = p.Digest()
+		if m.proto != nil {
+			view = p.View()
+		}
+	}
+	var gs gms.Stats
+	if m.g != nil {
+		gs = m.g.Stats()
+	}
 	m.mu.Unlock()
 	s := Stats{
 		Sent:                 ps.Sent,
@@ -139,6 +177,11 @@ func (m *Member) Stats() Stats {
 		DiscardedOnClose:     m.ctr.discardedOnClose.Load(),
 		Backlog:              m.ctr.backlog.Load(),
 		LaggingEpisodes:      m.ctr.laggingEpisodes.Load(),
+		Suspicions:           m.ctr.suspicions.Load(),
+		MembershipIn:         m.ctr.membershipIn.Load(),
+		View:                 view.ID,
+		Members:              append([]digest.Member(nil), view.Members...),
+		Membership:           gs,
 		Drops: Drops{
 			Malformed:    ps.Drops.Malformed + m.ctr.dropMalformed.Load(),
 			ForeignGroup: m.ctr.dropForeignGroup.Load(),
@@ -150,6 +193,8 @@ func (m *Member) Stats() Stats {
 			SendFailed:   m.ctr.dropSendFailed.Load(),
 			Reassembly:   ps.Drops.Reassembly,
 			Self:         ps.Drops.Self,
+			NotJoined:    m.ctr.dropNotJoined.Load(),
+			BadAddress:   m.ctr.dropBadAddress.Load(),
 		},
 		Protocol:  ps,
 		Pool:      m.pool.Stats(),
