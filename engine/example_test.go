@@ -2,10 +2,13 @@ package engine_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
@@ -104,4 +107,52 @@ func ExampleMember_Poll() {
 	// 1 a
 	// 2 b
 	// 3 c
+}
+
+// A joiner fetches the application state during Open (state transfer): the
+// first member founds the group and applies three messages; the second
+// joins with FetchState and starts from the first one's state.
+func ExampleConfig_stateTransfer() {
+	group := netip.MustParseAddrPort("239.255.77.4:45604")
+	type counter struct{ n atomic.Int64 }
+	app := func(c *counter) engine.Config {
+		return engine.Config{
+			Group:   group,
+			Handler: engine.HandlerFunc(func(digest.Member, uint64, []byte) { c.n.Add(1) }),
+			GetState: func(w io.Writer) error {
+				return binary.Write(w, binary.LittleEndian, c.n.Load())
+			},
+			SetState: func(r io.Reader) error {
+				var v int64
+				err := binary.Read(r, binary.LittleEndian, &v)
+				c.n.Store(v)
+				return err
+			},
+			FetchState: true, // skipped by the founder: nobody to ask
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var ca, cb counter
+	a, err := engine.Open(ctx, app(&ca))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer a.Close(ctx)
+	for range 3 {
+		_ = a.Send(ctx, []byte("tick"))
+	}
+	for ca.n.Load() < 3 { // wait until a has applied its own messages
+		runtime.Gosched()
+	}
+	b, err := engine.Open(ctx, app(&cb))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer b.Close(ctx)
+	_, view := b.View()
+	fmt.Println("members:", len(view), "joiner's counter:", cb.n.Load())
+	// Output: members: 2 joiner's counter: 3
 }
