@@ -69,12 +69,24 @@ bench-results:
 	$(GO) run ./cmd/mcastbench results -o bench/RESULTS.md -command 'make bench-results'
 
 # Package benchmarks at BASE (default HEAD~1) and at the working tree,
-# 5 runs each, compared with benchstat.
-BASE         ?= HEAD~1
-BENCHSTAT    ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
-COMPARE_PKGS ?= ./ring/ ./wire/ ./nakack/
+# compared with benchstat. Both sides' test binaries are built first, then
+# run in turn COMPARE_COUNT times (base, head, base, head...), so load from
+# other work on the machine falls on both sides alike; 6 runs each is what
+# benchstat needs for a confidence interval. A package missing at BASE is
+# skipped with a message.
+BASE              ?= HEAD~1
+BENCHSTAT         ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+COMPARE_PKGS      ?= ./ring/ ./wire/ ./nakack/
+COMPARE_COUNT     ?= 6
+COMPARE_BENCHTIME ?= 100ms
+CMP_DIR           ?= /tmp/nakcast-compare
 bench-compare:
-	@rm -rf /tmp/nakcast-base && mkdir -p /tmp/nakcast-base && git archive $(BASE) | tar -x -C /tmp/nakcast-base
-	cd /tmp/nakcast-base && $(GO) test -run '^$$' -bench . -benchmem -count 5 -benchtime=200ms $(COMPARE_PKGS) > /tmp/nakcast-bench-base.txt
-	$(GO) test -run '^$$' -bench . -benchmem -count 5 -benchtime=200ms $(COMPARE_PKGS) > /tmp/nakcast-bench-head.txt
-	$(GO) run $(BENCHSTAT) /tmp/nakcast-bench-base.txt /tmp/nakcast-bench-head.txt
+	@rm -rf $(CMP_DIR) && mkdir -p $(CMP_DIR)/src $(CMP_DIR)/base $(CMP_DIR)/head && git archive $(BASE) | tar -x -C $(CMP_DIR)/src
+	@pkgs=""; for p in $(COMPARE_PKGS); do n=$$(echo $$p | tr -c 'a-zA-Z0-9\n' _); \
+		if ! (cd $(CMP_DIR)/src && $(GO) test -c -o $(CMP_DIR)/base/$$n.test $$p >/dev/null 2>&1); then echo "bench-compare: $$p skipped: does not build at $(BASE)"; continue; fi; \
+		$(GO) test -c -o $(CMP_DIR)/head/$$n.test $$p || exit 1; pkgs="$$pkgs $$p"; done; \
+	for i in $$(seq $(COMPARE_COUNT)); do echo "bench-compare: run $$i of $(COMPARE_COUNT):$$pkgs"; for p in $$pkgs; do n=$$(echo $$p | tr -c 'a-zA-Z0-9\n' _); \
+		(cd $(CMP_DIR)/src/$$p && $(CMP_DIR)/base/$$n.test -test.run '^$$' -test.bench . -test.benchmem -test.benchtime=$(COMPARE_BENCHTIME) >> $(CMP_DIR)/base.txt) || exit 1; \
+		(cd $$p && $(CMP_DIR)/head/$$n.test -test.run '^$$' -test.bench . -test.benchmem -test.benchtime=$(COMPARE_BENCHTIME) >> $(CMP_DIR)/head.txt) || exit 1; \
+	done; done
+	$(GO) run $(BENCHSTAT) base=$(CMP_DIR)/base.txt head=$(CMP_DIR)/head.txt
