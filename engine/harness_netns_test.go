@@ -59,6 +59,21 @@ func needNetns(t *testing.T) {
 	}
 }
 
+// rootLinks lists the links of the namespace the test runs in, which the
+// test must leave alone.
+func rootLinks(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("ip", "-o", "link", "show").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	var names []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(l); len(f) > 1 {
+			names = append(names, strings.Split(f[1], "@")[0])
+		}
+	}
+	return strings.Join(names, " ")
+}
+
 // netnsRun is one test's namespaces and member processes.
 type netnsRun struct {
 	t     *testing.T
@@ -77,11 +92,15 @@ func newNetnsRun(t *testing.T, n int) *netnsRun {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	before := rootLinks(t)
 	ns, err := bench.SetupNetns(ctx, n, 1500)
 	require.NoError(t, err, "creating the namespaces")
 	t.Cleanup(func() {
 		if err := ns.Close(); err != nil {
 			t.Errorf("deleting the namespaces: %v", err)
+		}
+		if after := rootLinks(t); after != before {
+			t.Errorf("the test's own namespace's links changed: %q before, %q after", before, after)
 		}
 	})
 	r := &netnsRun{t: t, ns: ns, exe: exe, dir: t.TempDir(), procs: make([]*netnsProc, n)}

@@ -114,6 +114,9 @@ type netnsResult struct {
 	// none was); Installs how many states were installed.
 	State    map[uint64]int
 	Installs int
+	// After counts the messages delivered after the last state install
+	// (all of them when none was installed).
+	After    int
 	Left     []string // EventLeft errors (an exclusion by mistake)
 	Stats    engine.Stats
 	CloseErr string
@@ -146,6 +149,7 @@ type netnsApp struct {
 	s        map[digest.Member]*netnsSenderResult
 	state    map[uint64]int
 	installs int
+	after    int
 }
 
 func newNetnsApp() *netnsApp {
@@ -171,6 +175,7 @@ func (a *netnsApp) Deliver(s digest.Member, seq uint64, p []byte) {
 	r.Last = seq
 	r.Count++
 	r.Hash = netnsHash(r.Hash, p)
+	a.after++
 	a.mu.Unlock()
 }
 
@@ -224,6 +229,7 @@ func (a *netnsApp) setState(r io.Reader) error {
 		a.state[s.ID] += r.Count
 	}
 	a.installs++
+	a.after = 0
 	return nil
 }
 
@@ -442,7 +448,7 @@ func netnsMemberMain(path string, stdin io.Reader, stdout io.Writer) error {
 			}) {
 				res.Senders = append(res.Senders, *app.s[s])
 			}
-			res.State, res.Installs = app.state, app.installs
+			res.State, res.Installs, res.After = app.state, app.installs, app.after
 			app.mu.Unlock()
 			leftMu.Lock()
 			res.Left = left
