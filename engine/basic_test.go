@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,16 +135,44 @@ func TestCloseReleasesEverything(t *testing.T) {
 		t.Run(idle.String(), func(t *testing.T) {
 			ids := testMembers(2)
 			g := testGroup()
+			const n = 100
+			// Member 1 counts what it delivers of member 0's messages. With
+			// static membership there is no leave: a member that closes
+			// before it has heard of the other's messages finds everything
+			// it knows stable, lingers a few stability rounds and exits,
+			// and the sender's drain can then never complete. Send only
+			// enqueues, and on a loaded machine the sender's agent may not
+			// have multicast anything yet when Close starts, so wait until
+			// member 1 has them all before closing both.
+			var got atomic.Int32
+			all := make(chan struct{})
 			var ms []*Member
 			for i := range ids {
-				m, err := Open(context.Background(), Config{Group: g, Self: ids[i], Members: ids, Idle: idle, Logger: quietLogger(), Handler: HandlerFunc(func(digest.Member, uint64, []byte) {})})
+				h := HandlerFunc(func(digest.Member, uint64, []byte) {})
+				if i == 1 {
+					h = func(s digest.Member, _ uint64, _ []byte) {
+						if s == ids[0] && got.Add(1) == n {
+							close(all)
+						}
+					}
+				}
+				m, err := Open(context.Background(), Config{Group: g, Self: ids[i], Members: ids, Idle: idle, Logger: quietLogger(), Handler: h})
 				require.NoError(t, err)
 				ms = append(ms, m)
 			}
-			for i := range 100 {
-				require.NoError(t, ms[0].Send(context.Background(), []byte(fmt.Sprint(i))))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for i := range n {
+				require.NoError(t, ms[0].Send(ctx, []byte(fmt.Sprint(i))))
 			}
-			for i, err := range closeAll(t, ms, 10*time.Second) {
+			select {
+			case <-all:
+			case <-ctx.Done():
+				t.Fatalf("member 1 delivered %d of %d messages", got.Load(), n)
+			}
+			// Generous: a loaded 2-core CI machine may not schedule the
+			// agents for seconds.
+			for i, err := range closeAll(t, ms, 30*time.Second) {
 				require.NoError(t, err, "member %d", i)
 			}
 			require.ErrorIs(t, ms[0].TrySend([]byte("x")), ErrClosed)

@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net/netip"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -356,18 +358,33 @@ func TestCrashExcluded(t *testing.T) {
 	vid := victim.Self()
 	stop := make(chan struct{})
 	sent := make(chan int, 1)
+	sendErr := make(chan error, 1)
 	go func() {
+		// i counts the payloads the victim accepted: it advances only when
+		// TrySend returns nil, so the accepted messages are exactly
+		// payloads 0..i-1, in order. stop is checked while back-pressured
+		// too: once the victim has crashed nothing drains its ring.
 		i := 0
 		defer func() { sent <- i }()
-		for ; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			for victim.TrySend(payloadOf(2, i, 16+i%200)) == ErrBackPressure {
+		for {
+			p := payloadOf(2, i, 16+i%200)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				err := victim.TrySend(p)
+				if err == nil {
+					break
+				}
+				if err != ErrBackPressure {
+					sendErr <- fmt.Errorf("victim TrySend payload %d: %w", i, err)
+					return
+				}
 				runtime.Gosched()
 			}
+			i++
 		}
 	}()
 	// Crash once both survivors have some of its messages.
@@ -376,6 +393,12 @@ func TestCrashExcluded(t *testing.T) {
 	victim.crash()
 	close(stop)
 	total := <-sent
+	require.Equal(t, vid, victim.Self(), "the victim was excluded and rejoined before the crash")
+	select {
+	case err := <-sendErr:
+		require.NoError(t, err)
+	default:
+	}
 	survivors := ms[:2]
 	suspected := false
 	for _, m := range survivors {
@@ -406,13 +429,34 @@ func TestCrashExcluded(t *testing.T) {
 	n0, n1 := recs[0].count[vid], recs[1].count[vid]
 	require.Equal(t, n0, n1, "survivors end with the same prefix")
 	require.Equal(t, recs[0].hash[vid], recs[1].hash[vid])
-	require.Equal(t, expectedHash(n0, func(i int) []byte { return payloadOf(2, i, 16+i%200) }), recs[0].hash[vid])
-	require.Empty(t, recs[0].errs)
-	require.Empty(t, recs[1].errs)
+	// A range that neither survivor received before the crash (5% loss
+	// each, the victim gone before repairing it) is declared lost by the
+	// cut (design.md, "Crashed senders"): both survivors report the same
+	// lost ranges, and deliver exactly the victim's messages 1..last
+	// (payload seq-1, no fragments) minus those ranges, in order.
+	lost := recs[0].lostRanges[vid]
+	require.Equal(t, lost, recs[1].lostRanges[vid], "survivors report the same lost ranges")
+	var want []int
+	for seq := uint64(1); len(want) < n0; seq++ {
+		if !slices.ContainsFunc(lost, func(r [2]uint64) bool { return r[0] <= seq && seq <= r[1] }) {
+			want = append(want, int(seq-1))
+		}
+	}
+	for _, r := range lost {
+		require.Less(t, r[1], uint64(want[len(want)-1]+1), "a lost range %v above the last delivered message", r)
+	}
+	require.Equal(t, expectedHash(n0, func(i int) []byte { return payloadOf(2, want[i], 16+want[i]%200) }), recs[0].hash[vid],
+		"survivors' %d messages of the victim are not its payloads 0..%d minus lost %v (accepted %d)", n0, n0-1, lost, total)
+	for i := range recs[:2] {
+		for _, e := range recs[i].errs {
+			require.True(t, strings.HasPrefix(e, "lost "+vid.String()+" "), "member %d: %s", i, e)
+		}
+		require.Len(t, recs[i].errs, len(lost), "member %d", i)
+	}
 	recs[1].mu.Unlock()
 	recs[0].mu.Unlock()
-	require.LessOrEqual(t, n0, total)
-	t.Logf("crashed after %d messages queued; survivors delivered %d", total, n0)
+	require.LessOrEqual(t, want[len(want)-1]+1, total)
+	t.Logf("crashed after %d messages queued; survivors delivered %d, lost %v", total, n0, lost)
 	closeInOrder(t, ms)
 	checkNoLeak(t, base)
 }

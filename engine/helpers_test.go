@@ -90,6 +90,8 @@ type recorder struct {
 	notify chan struct{}
 	// installs counts states installed (state transfer tests).
 	installs int
+	// lostRanges are the lost ranges reported, per sender, in order.
+	lostRanges map[digest.Member][][2]uint64
 }
 
 func newRecorder(want int) *recorder {
@@ -150,6 +152,10 @@ func (r *recorder) Lost(s digest.Member, from, to uint64) {
 	r.mu.Lock()
 	r.lost++
 	r.errs = append(r.errs, fmt.Sprintf("lost %v %d..%d", s, from, to))
+	if r.lostRanges == nil {
+		r.lostRanges = map[digest.Member][][2]uint64{}
+	}
+	r.lostRanges[s] = append(r.lostRanges[s], [2]uint64{from, to})
 	r.mu.Unlock()
 }
 
