@@ -373,3 +373,26 @@ func TestStabilityOnlyFromCoordinator(t *testing.T) {
 		require.Equal(t, uint64(20), low(m), "member %v", m)
 	}
 }
+
+// TestCoordinatorFoldsOwnWhenOthersReported: the coordinator does not wait
+// for its own STABLE timer once every other member's STABLE is in: the
+// round closes, and the windows are purged, on the last arrival.
+func TestCoordinatorFoldsOwnWhenOthersReported(t *testing.T) {
+	c := newCluster(t, nil, mA, mB, mC)
+	c.deliver(c.send(mA, false, payloads("a", 1, 10)...), nil)
+	c.poll()
+	low := func(m digest.Member) uint64 { e, _ := c.p(m).WindowState(mA); return e.Low }
+	stable := func(m digest.Member) {
+		c.p(m).sendStable(c.now)
+		c.deliver(c.take(), nil)
+	}
+	stable(mB)
+	require.Zero(t, c.p(mA).Stats().StabilitySent, "C has not reported")
+	require.Zero(t, low(mA))
+	stable(mC)
+	require.Equal(t, uint64(1), c.p(mA).Stats().StabilitySent, "closed on C's STABLE, without A's timer")
+	c.deliver(c.take(), nil)
+	for _, m := range c.order {
+		require.Equal(t, uint64(10), low(m), "member %v", m)
+	}
+}
