@@ -17,6 +17,8 @@ import (
 	"net"
 	"net/netip"
 	"time"
+
+	"golang.org/x/net/bpf"
 )
 
 // Transport is a batched datagram endpoint joined to one multicast group,
@@ -130,6 +132,14 @@ type Config struct {
 	// BatchSize is the number of datagrams one call moves at most
 	// (default 64, at most MaxBatchSize).
 	BatchSize int
+	// GroupFilter, when not empty, is a classic BPF program attached to the
+	// group socket (SO_ATTACH_FILTER): a datagram for which it returns 0
+	// is dropped by the kernel before it is queued, costing no socket
+	// buffer space, copy or system call. Offsets are from the UDP header:
+	// the payload starts at offset 8. The engine uses it to keep a
+	// member's own data datagrams, which multicast loopback delivers back
+	// to it, out of its socket.
+	GroupFilter []bpf.RawInstruction
 	// SendOnly skips the group socket: the transport sends to the group but
 	// does not join it, and ReadBatch reads the unicast socket only.
 	SendOnly bool

@@ -200,6 +200,17 @@ func (u *UDP) open(ifi *net.Interface) error {
 			return err
 		}
 		u.group = netip.AddrPortFrom(cfg.Group.Addr(), bound.Port())
+		if len(cfg.GroupFilter) > 0 {
+			// Before the join: nothing the filter refuses is ever queued.
+			if v6 {
+				err = ipv6.NewPacketConn(u.gconn).SetBPF(cfg.GroupFilter)
+			} else {
+				err = ipv4.NewPacketConn(u.gconn).SetBPF(cfg.GroupFilter)
+			}
+			if err != nil {
+				return fmt.Errorf("transport: SO_ATTACH_FILTER on the group socket: %w", err)
+			}
+		}
 		gaddr := &net.UDPAddr{IP: cfg.Group.Addr().AsSlice()}
 		if v6 {
 			err = ipv6.NewPacketConn(u.gconn).JoinGroup(ifi, gaddr)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nakcast/nakcast/engine/transport"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/bpf"
 )
 
 // Each test uses its own group in 239.77.0.0/16 so that packages and tests
@@ -506,5 +507,45 @@ func TestBusyGroupDoesNotStarveUnicast(t *testing.T) {
 			}
 		}
 		require.Less(t, call, 17, "unicast datagram never read")
+	}
+}
+
+func TestGroupFilterDropsInKernel(t *testing.T) {
+	// Drop datagrams whose payload starts with 'D' (offsets count from the
+	// UDP header: the payload starts at 8); keep the rest whole.
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: 8, Size: 1},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 'D', SkipTrue: 1},
+		bpf.RetConstant{Val: 0xffffffff},
+		bpf.RetConstant{Val: 0},
+	})
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		g    netip.AddrPort
+	}{
+		{"ipv4", group(19)},
+		{"ipv6", netip.MustParseAddrPort("[ff12::7719]:0")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := open(t, transport.Config{Group: tc.g, BatchSize: 16, GroupFilter: prog})
+			plain := member(t, tc.g, u)
+			msgs := [][]byte{[]byte("Drop 1"), []byte("keep 1"), []byte("Drop 2"), []byte("keep 2")}
+			n, err := u.WriteBatch(msgs, nil)
+			if tc.g.Addr().Is6() && errors.Is(err, syscall.ENETUNREACH) {
+				t.Skipf("IPv6 multicast on lo not available here: %v", err)
+			}
+			require.NoError(t, err)
+			require.Equal(t, len(msgs), n)
+			// The unfiltered member gets all four, in order; by then the
+			// filtered one has everything it will get.
+			all, _ := readN(t, plain, 4)
+			require.Equal(t, "keep 2", string(all[3]))
+			got, _ := readN(t, u, 2)
+			require.Equal(t, []string{"keep 1", "keep 2"}, []string{string(got[0]), string(got[1])})
+			k, err := u.TryReadBatch(make([][]byte, 1), make([]int, 1), nil)
+			require.NoError(t, err)
+			require.Zero(t, k)
+		})
 	}
 }
