@@ -1,0 +1,48 @@
+package engine
+
+import (
+	"encoding/binary"
+
+	"golang.org/x/net/bpf"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/wire"
+)
+
+// selfFilter is the group socket's kernel filter: it drops this member's
+// own DATA and FRAG datagrams, which multicast loopback (needed by the other
+// members on the host) hands back to the sender. Without it the sender's
+// agent reads every datagram it sent a second time, a 64 KB copy and part of
+// a system call each, only for the protocol to drop it (Drops.Self), and
+// its group socket's buffer fills with them while it is busy sending.
+// Everything else (control and membership datagrams, which the protocol or
+// gms may want to see from itself) still passes.
+//
+// Offsets count from the UDP header (8 bytes); the wire header's type is at
+// payload offset 2 and the sender (ID uint64, Inc uint32, little-endian) at
+// payload offset 8. Classic BPF loads words big-endian, so each word is
+// compared byte-swapped.
+func selfFilter(self digest.Member) []bpf.RawInstruction {
+	const udp = 8
+	var id [12]byte
+	binary.LittleEndian.PutUint64(id[0:], self.ID)
+	binary.LittleEndian.PutUint32(id[8:], self.Inc)
+	w := func(i int) uint32 { return binary.BigEndian.Uint32(id[4*i:]) }
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: udp + 2, Size: 1},                                     // 0: type
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(wire.TypeData), SkipTrue: 1},    // 1
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(wire.TypeFrag), SkipTrue: 6}, // 2: -> keep
+		bpf.LoadAbsolute{Off: udp + 8, Size: 4},                                     // 3: ID low word
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: w(0), SkipTrue: 4},                  // 4
+		bpf.LoadAbsolute{Off: udp + 12, Size: 4},                                    // 5: ID high word
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: w(1), SkipTrue: 2},                  // 6
+		bpf.LoadAbsolute{Off: udp + 16, Size: 4},                                    // 7: Inc
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: w(2), SkipTrue: 1},                     // 8: -> drop
+		bpf.RetConstant{Val: 0xffffffff},                                            // 9: keep, whole
+		bpf.RetConstant{Val: 0},                                                     // 10: drop
+	})
+	if err != nil {
+		panic(err) // a fixed program: cannot fail
+	}
+	return prog
+}
