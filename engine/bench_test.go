@@ -7,9 +7,12 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,7 +51,13 @@ func openBench(b *testing.B, ids []digest.Member, mod func(i int, c *engine.Conf
 		if mod != nil {
 			mod(i, &c)
 		}
-		m, err := engine.Open(context.Background(), c)
+		var m *engine.Member
+		var err error
+		// Label the member's goroutines (its agent inherits the labels) so
+		// that a CPU profile splits by member: -tagfocus member=m0.
+		pprof.Do(context.Background(), pprof.Labels("member", "m"+strconv.Itoa(i)), func(ctx context.Context) {
+			m, err = engine.Open(ctx, c)
+		})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -97,10 +106,12 @@ func BenchmarkEngineLoopback(b *testing.B) {
 func benchLoopback(b *testing.B, size int, idle engine.IdleStrategy, loss float64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	rawCPU0 := cpuTime()
 	raw, err := bench.RunRaw(ctx, bench.RawConfig{Group: benchGroup(), MsgSize: size, Count: int64(b.N), Batch: 64})
 	if err != nil {
 		b.Fatal(err)
 	}
+	rawCPU := cpuTime() - rawCPU0
 	cs := []*counter{{}, {}}
 	ms := openBench(b, benchIDs(2), func(i int, c *engine.Config) {
 		c.Handler = cs[i]
@@ -114,6 +125,7 @@ func benchLoopback(b *testing.B, size int, idle engine.IdleStrategy, loss float6
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
+	cpu0 := cpuTime()
 	for i := 0; i < b.N; i++ {
 		payload[0] = byte(i)
 		if err := ms[0].Send(ctx, payload); err != nil {
@@ -127,8 +139,11 @@ func benchLoopback(b *testing.B, size int, idle engine.IdleStrategy, loss float6
 		time.Sleep(50 * time.Microsecond) // polling the receiver's count, not synchronisation
 	}
 	el := time.Since(start)
+	cpu := cpuTime() - cpu0
 	b.StopTimer()
 	rate := float64(b.N) / el.Seconds()
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/msg")
+	b.ReportMetric(float64(rawCPU.Nanoseconds())/float64(b.N), "raw-cpu-ns/msg")
 	b.ReportMetric(rate, "msgs/s")
 	b.ReportMetric(raw.MsgsPerSec, "raw-msgs/s")
 	if raw.MsgsPerSec > 0 {
@@ -222,4 +237,14 @@ func BenchmarkEnginePingPong(b *testing.B) {
 			b.ReportMetric(float64(p99)/float64(raw.P99), "p99-engine/raw")
 		})
 	}
+}
+
+// cpuTime is the process's user+system CPU time so far: CPU per message is
+// a steadier measure than wall time on a shared machine.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
