@@ -1,15 +1,12 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -155,37 +152,16 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if err := cfg.engineConfig(nil).Validate(); err != nil {
 		return bad("%v", err)
 	}
-	var start chan struct{}
 	if *waitStart {
-		start = make(chan struct{})
-		cfg.Ready = func(*engine.Member) {
-			fmt.Fprintln(stdout, ReadyLine)
-			go func() {
-				_, _ = bufio.NewReader(stdin).ReadString('\n')
-				close(start)
-			}()
-		}
+		ready, start := readyThenGo(stdout, stdin)
+		cfg.Ready = func(*engine.Member) { ready() }
 		cfg.Start = start
 	}
 	res, runErr := RunMember(ctx, cfg)
 	if res.Schema == "" {
 		return runErr // never opened: nothing to report
 	}
-	w := stdout
-	var f *os.File
-	if *out != "-" {
-		if f, err = os.Create(*out); err != nil {
-			return errors.Join(runErr, err)
-		}
-		w = f
-	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	err = enc.Encode(res)
-	if f != nil {
-		err = errors.Join(err, f.Close())
-	}
-	return errors.Join(runErr, err)
+	return errors.Join(runErr, writeResult(stdout, *out, res))
 }
 
 func parseInts(s string) ([]int, error) {

@@ -1,15 +1,12 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -333,33 +330,11 @@ func RawMemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, 
 		return bad("%v", err)
 	}
 	if *waitStart {
-		start := make(chan struct{})
-		cfg.Ready = func() {
-			fmt.Fprintln(stdout, ReadyLine)
-			go func() {
-				_, _ = bufio.NewReader(stdin).ReadString('\n')
-				close(start)
-			}()
-		}
-		cfg.Start = start
+		cfg.Ready, cfg.Start = readyThenGo(stdout, stdin)
 	}
 	res, runErr := RunRawMember(ctx, cfg)
 	if res.Schema == "" {
 		return runErr // never opened: nothing to report
 	}
-	w := stdout
-	var f *os.File
-	if *out != "-" {
-		if f, err = os.Create(*out); err != nil {
-			return errors.Join(runErr, err)
-		}
-		w = f
-	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	err = enc.Encode(res)
-	if f != nil {
-		err = errors.Join(err, f.Close())
-	}
-	return errors.Join(runErr, err)
+	return errors.Join(runErr, writeResult(stdout, *out, res))
 }
