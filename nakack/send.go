@@ -485,3 +485,90 @@ func (p *Protocol) sendMsgNotFound(requester digest.Member, missing wire.Range, 
 	p.emit(requester, b, len(d))
 	p.stats.MsgNotFoundSent++
 }
+
+// SendBatch sends a run of messages as repeated Send calls would (same
+// seqnos, same bundles, same datagrams), with the per-message work reduced
+// to copying each payload into the open bundle: the window check is made
+// once for the whole run and the counters are updated once per run.
+//
+// It takes the longest prefix of payloads that can be sent now and returns
+// the seqno of its first message and its length n; its messages got seqnos
+// first..first+n-1. It stops early, without error, at the own window's
+// capacity, when no buffer is available for a new bundle, and before a
+// payload that needs fragments or is refused: the next call reports it. A
+// first payload larger than a bundle takes the fragment path on its own
+// (n = 1, and first..NextSeq()-1 are its fragments' seqnos). An error is
+// returned only when the first payload cannot be sent (ErrBackPressure,
+// ErrTooLarge), with n = 0 and nothing claimed.
+func (p *Protocol) SendBatch(payloads [][]byte, now time.Duration) (first uint64, n int, err error) {
+	if len(payloads) == 0 {
+		return p.nextSeq, 0, nil
+	}
+	if len(payloads[0]) > p.maxMsg {
+		seq, err := p.Send(payloads[0], now)
+		if err != nil {
+			return 0, 0, err
+		}
+		return seq, 1, nil
+	}
+	w := p.own.win
+	// Send refuses seqno s when s-Low > Capacity; Low does not move
+	// during the run (only purges raise it).
+	limit := w.Low() + uint64(w.Capacity())
+	if p.nextSeq > limit {
+		p.stats.BackPressure++
+		return 0, 0, ErrBackPressure
+	}
+	todo := payloads[:min(uint64(len(payloads)), limit-p.nextSeq+1)]
+	first = p.nextSeq
+	maxMsg, maxBundle := p.maxMsg, p.cfg.MaxBundle
+	for n < len(todo) {
+		if p.bundle == nil {
+			if p.bundle = p.getBuf(p.cfg.MaxDatagram); p.bundle == nil {
+				break
+			}
+			p.bundleRef = p.newRef(p.bundle)
+			if err := p.bw.Reset(p.bundle.B[:p.cfg.MaxDatagram], p.hdr, p.self, p.nextSeq); err != nil {
+				panic(err) // sizes validated in New
+			}
+		}
+		// Fill the open bundle: the tight loop.
+		ref, base := p.bundleRef, p.bundle
+		pend := p.ownPend[:maxBundle]
+		k, i := p.ownN, n
+		for ; i < len(todo) && p.bw.Count() < maxBundle; i++ {
+			pl := todo[i]
+			if len(pl) > maxMsg {
+				break
+			}
+			dst := p.bw.Claim(len(pl))
+			if dst == nil {
+				break
+			}
+			copy(dst, pl)
+			pend[k] = msg{ref: ref, off: offsetIn(base, dst), n: uint32(len(dst))}
+			k++
+		}
+		taken := i - n
+		p.ownN = k
+		p.nextSeq += uint64(taken)
+		n = i
+		if n == len(todo) || len(todo[n]) > maxMsg {
+			if p.bw.Count() >= maxBundle {
+				p.flushBundle(now)
+			}
+			break
+		}
+		if taken == 0 && p.bw.Count() == 0 {
+			panic("nakack: message does not fit an empty bundle") // maxMsg checked above
+		}
+		// The bundle is full (count or bytes): emit it and open another.
+		p.flushBundle(now)
+	}
+	p.stats.Sent += uint64(n)
+	if n == 0 {
+		p.stats.BackPressure++
+		return 0, 0, ErrBackPressure
+	}
+	return first, n, nil
+}
