@@ -108,7 +108,7 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 		GroupFilter:      selfFilter(cfg.Self),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("open: transport: %w", err)
+		return nil, fmt.Errorf("open: %w", err) // transport errors name themselves
 	}
 	m := &Member{
 		cfg:       cfg,
