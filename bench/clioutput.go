@@ -6,8 +6,32 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
+	"strconv"
+	"time"
 )
+
+// appendProcessArgs appends the flags that member and raw-member processes
+// share (network placement, timeout, start handshake), leaving out defaults.
+func appendProcessArgs(a []string, iface string, unicast netip.AddrPort, ttl int, timeout time.Duration, waitStart bool) []string {
+	if iface != "" {
+		a = append(a, "-interface", iface)
+	}
+	if unicast.IsValid() {
+		a = append(a, "-unicast", unicast.String())
+	}
+	if ttl != 0 {
+		a = append(a, "-ttl", strconv.Itoa(ttl))
+	}
+	if timeout != 0 {
+		a = append(a, "-timeout", timeout.String())
+	}
+	if waitStart {
+		a = append(a, "-wait-start")
+	}
+	return a
+}
 
 // readyThenGo is the start handshake of a member process: ready prints
 // ReadyLine on stdout, then waits in the background for one line on stdin

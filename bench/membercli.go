@@ -44,15 +44,6 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 		"-sample", strconv.Itoa(cfg.SampleEvery),
 		"-out", out,
 	}
-	if cfg.Interface != "" {
-		a = append(a, "-interface", cfg.Interface)
-	}
-	if cfg.Unicast.IsValid() {
-		a = append(a, "-unicast", cfg.Unicast.String())
-	}
-	if cfg.TTL != 0 {
-		a = append(a, "-ttl", strconv.Itoa(cfg.TTL))
-	}
 	if cfg.Transport != "" {
 		a = append(a, "-transport", cfg.Transport)
 	}
@@ -62,13 +53,7 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 	if cfg.BundleBytes != 0 {
 		a = append(a, "-bundle-bytes", strconv.Itoa(cfg.BundleBytes))
 	}
-	if cfg.Timeout != 0 {
-		a = append(a, "-timeout", cfg.Timeout.String())
-	}
-	if waitStart {
-		a = append(a, "-wait-start")
-	}
-	return a
+	return appendProcessArgs(a, cfg.Interface, cfg.Unicast, cfg.TTL, cfg.Timeout, waitStart)
 }
 
 // MemberMain is the member process (mcastbench member): it parses args,

@@ -235,25 +235,10 @@ func RawMemberArgs(cfg RawMemberConfig, out string, waitStart bool) []string {
 		"-drain", r.Drain.String(),
 		"-out", out,
 	}
-	if r.Interface != "" {
-		a = append(a, "-interface", r.Interface)
-	}
-	if r.Unicast.IsValid() {
-		a = append(a, "-unicast", r.Unicast.String())
-	}
-	if r.TTL != 0 {
-		a = append(a, "-ttl", strconv.Itoa(r.TTL))
-	}
 	if r.RecvBuffer != 0 {
 		a = append(a, "-recv-buffer", strconv.Itoa(r.RecvBuffer))
 	}
-	if cfg.Timeout != 0 {
-		a = append(a, "-timeout", cfg.Timeout.String())
-	}
-	if waitStart {
-		a = append(a, "-wait-start")
-	}
-	return a
+	return appendProcessArgs(a, r.Interface, r.Unicast, r.TTL, cfg.Timeout, waitStart)
 }
 
 // RawMemberMain is the raw member process (mcastbench raw-member): it
