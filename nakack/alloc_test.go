@@ -139,6 +139,20 @@ func TestAllocsRequestGeneration(t *testing.T) {
 }
 
 // senderFixture is B holding 1..n of its own, purged to low.
+// settleSender flushes b's open bundle, discards its outbox, delivers to
+// self and purges what was delivered: the steady state the send tests and
+// benchmarks return to after every run.
+func (f *fixture) settleSender(b *Protocol) {
+	b.Flush(f.now)
+	for _, o := range b.Outbox() {
+		o.Buf.Release()
+	}
+	b.ClearOutbox()
+	b.Poll(&f.h, 1<<20)
+	e, _ := b.WindowState(mB)
+	b.ForcePurge(mB, e.Delivered)
+}
+
 func senderFixture(t testing.TB, n int, low uint64) (*fixture, *Protocol) {
 	f := newFixture(t, nil)
 	cfg := testConfig(mB)
@@ -277,14 +291,7 @@ func TestAllocsSend(t *testing.T) {
 				panic(err)
 			}
 		}
-		b.Flush(f.now)
-		for _, o := range b.Outbox() {
-			o.Buf.Release()
-		}
-		b.ClearOutbox()
-		b.Poll(&f.h, 1<<20)
-		e, _ := b.WindowState(mB)
-		b.ForcePurge(mB, e.Delivered)
+		f.settleSender(b)
 	}))
 }
 
@@ -393,14 +400,7 @@ func BenchmarkSend(b *testing.B) {
 		for range benchMsgs {
 			_, _ = s.Send(f.msg, f.now)
 		}
-		s.Flush(f.now)
-		for _, o := range s.Outbox() {
-			o.Buf.Release()
-		}
-		s.ClearOutbox()
-		s.Poll(&f.h, 1<<20)
-		e, _ := s.WindowState(mB)
-		s.ForcePurge(mB, e.Delivered)
+		f.settleSender(s)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchMsgs), "ns/msg")
 }

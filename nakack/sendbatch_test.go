@@ -165,14 +165,7 @@ func TestAllocsSendBatch(t *testing.T) {
 		if _, n, err := b.SendBatch(run, f.now); err != nil || n != len(run) {
 			panic(fmt.Sprint(n, err))
 		}
-		b.Flush(f.now)
-		for _, o := range b.Outbox() {
-			o.Buf.Release()
-		}
-		b.ClearOutbox()
-		b.Poll(&f.h, 1<<20)
-		e, _ := b.WindowState(mB)
-		b.ForcePurge(mB, e.Delivered)
+		f.settleSender(b)
 	}))
 }
 
@@ -186,14 +179,7 @@ func BenchmarkSendBatch(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		_, _, _ = s.SendBatch(run, f.now)
-		s.Flush(f.now)
-		for _, o := range s.Outbox() {
-			o.Buf.Release()
-		}
-		s.ClearOutbox()
-		s.Poll(&f.h, 1<<20)
-		e, _ := s.WindowState(mB)
-		s.ForcePurge(mB, e.Delivered)
+		f.settleSender(s)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchMsgs), "ns/msg")
 }
