@@ -174,8 +174,9 @@ type Config struct {
 	// senders and the agent (power of two, default 4096).
 	RingCapacity int
 	// InlineSize is how many payload bytes a publication slot holds inline
-	// (default 1024); larger messages use a pooled buffer. The ring's arena
-	// is 2 * RingCapacity * InlineSize bytes.
+	// (default 1024); larger messages use a pooled buffer. The ring's
+	// arenas are 2 * RingCapacity * (InlineSize + 128) bytes: payloads up to
+	// 128 bytes live in a compact arena of their own.
 	InlineSize int
 	// MaxMessage is the largest message Send accepts (default 16 MiB, or
 	// less when a smaller Window cannot hold that many fragments: a whole
