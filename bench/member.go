@@ -54,13 +54,15 @@ type MemberConfig struct {
 	// Senders lists the indexes of the members that send; every member
 	// waits for the last message of each (default {0}).
 	Senders []int
-	// Group, Interface, Unicast, TTL and AllowNonLoopback go to
-	// engine.Config as they are (Group is required).
+	// Group, Interface, Unicast, TTL, AllowNonLoopback and NoLoopback go
+	// to engine.Config as they are (Group is required). NoLoopback is for
+	// a member alone in its network namespace (the netns mode sets it).
 	Group            netip.AddrPort
 	Interface        string
 	Unicast          netip.AddrPort
 	TTL              int
 	AllowNonLoopback bool
+	NoLoopback       bool
 	// MsgSize is the size of each message (default 64, at least
 	// MinMsgSize).
 	MsgSize int
@@ -175,7 +177,7 @@ func (c MemberConfig) engineConfig(h engine.Handler) engine.Config {
 	}
 	return engine.Config{
 		Group: c.Group, Interface: c.Interface, Unicast: c.Unicast, TTL: c.TTL,
-		AllowNonLoopback: c.AllowNonLoopback, Transport: c.Transport,
+		AllowNonLoopback: c.AllowNonLoopback, NoLoopback: c.NoLoopback, Transport: c.Transport,
 		Self: ids[c.Index], Members: ids,
 		MaxDatagram: c.MaxDatagram, BundleBytes: c.BundleBytes, BundleDelay: c.BundleDelay,
 		Window: c.Window, RecvBuffer: c.RecvBuffer, BatchSize: c.BatchSize,

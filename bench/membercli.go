@@ -53,6 +53,9 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 	if cfg.BundleBytes != 0 {
 		a = append(a, "-bundle-bytes", strconv.Itoa(cfg.BundleBytes))
 	}
+	if cfg.NoLoopback {
+		a = append(a, "-no-loopback")
+	}
 	return appendProcessArgs(a, cfg.Interface, cfg.Unicast, cfg.TTL, cfg.Timeout, waitStart)
 }
 
@@ -85,6 +88,7 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	bundle := fs.Int("bundle-bytes", 0, "bundling limit in bytes (0: the datagram size)")
 	sample := fs.Int("sample", 1, "record the latency of one message in N")
 	timeout := fs.Duration("timeout", 0, "give up this long after sending starts (0: -duration or 10s, plus 30s)")
+	noLoop := fs.Bool("no-loopback", false, "multicast loopback off (engine.Config.NoLoopback): only for a member alone in its host or namespace")
 	out := fs.String("out", "-", "result file (- for stdout)")
 	waitStart := fs.Bool("wait-start", false, "print "+ReadyLine+" once open, then wait for a line on stdin before sending")
 	if err := fs.Parse(args); err != nil {
@@ -101,7 +105,7 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	cfg := MemberConfig{RunID: *runID, Index: *index, Members: *members, Interface: *iface, TTL: *ttl, MsgSize: *size,
 		Count: *count, Duration: *duration, LossRate: *loss, Transport: *transport, MaxDatagram: *datagram, BundleBytes: *bundle,
-		SampleEvery: *sample, Timeout: *timeout}
+		SampleEvery: *sample, Timeout: *timeout, NoLoopback: *noLoop}
 	var err error
 	if cfg.Senders, err = parseInts(*senders); err != nil {
 		return bad("-senders %q: %v", *senders, err)

@@ -220,6 +220,7 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 	mc.Interface = "eth0"
 	mc.TTL = 1
 	mc.AllowNonLoopback = true
+	mc.NoLoopback = true // one member per namespace: nobody local to loop back to
 	if _, err := mc.withDefaults(); err != nil {
 		return nil, err
 	}

@@ -124,6 +124,16 @@ type Config struct {
 	// AllowNonLoopback allows non-loopback interfaces and unicast addresses
 	// and TTLs up to 255: for network namespaces and hosts you control.
 	AllowNonLoopback bool
+	// NoLoopback turns multicast loopback off (IP_MULTICAST_LOOP): the
+	// group's datagrams this member sends are not delivered to sockets on
+	// its host (network namespace). Set it when every other member runs on
+	// another host or namespace: with loopback on, the kernel runs a whole
+	// local receive of every datagram sent only for the member's own
+	// filter to drop it (measured on a veth bridge, MTU 1500: see the
+	// README's performance section). Members on the same host would not
+	// hear this one. The member's own messages are delivered to it either
+	// way (in process). Default false: loopback on.
+	NoLoopback bool
 	// Transport selects the backend: "udp" (default), or "auto" (the best
 	// available: UDP until the AF_XDP backend lands). "xdp" is refused
 	// until then.

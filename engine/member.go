@@ -105,6 +105,7 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 		SendBuffer:       cfg.SendBuffer,
 		BatchSize:        cfg.BatchSize,
 		AllowNonLoopback: cfg.AllowNonLoopback,
+		NoLoopback:       cfg.NoLoopback,
 		GroupFilter:      selfFilter(cfg.Self),
 	})
 	if err != nil {

@@ -140,6 +140,14 @@ type Config struct {
 	// member's own data datagrams, which multicast loopback delivers back
 	// to it, out of its socket.
 	GroupFilter []bpf.RawInstruction
+	// NoLoopback turns IP_MULTICAST_LOOP (IPV6_MULTICAST_LOOP) off: the
+	// datagrams this transport sends to the group are not delivered to
+	// sockets of this host (network namespace) that joined it, its own
+	// included. With loopback on and the group joined, the kernel runs a
+	// whole local receive of every datagram sent, only for the filter to
+	// drop it; off, that work is saved. Only when no other member shares
+	// this host or namespace: they would not hear this one.
+	NoLoopback bool
 	// SendOnly skips the group socket: the transport sends to the group but
 	// does not join it, and ReadBatch reads the unicast socket only.
 	SendOnly bool

@@ -154,7 +154,7 @@ func (u *UDP) open(ifi *net.Interface) error {
 		if err := p.SetMulticastHopLimit(cfg.TTL); err != nil {
 			return fmt.Errorf("transport: IPV6_MULTICAST_HOPS %d: %w", cfg.TTL, err)
 		}
-		if err := p.SetMulticastLoopback(true); err != nil {
+		if err := p.SetMulticastLoopback(!cfg.NoLoopback); err != nil {
 			return fmt.Errorf("transport: IPV6_MULTICAST_LOOP: %w", err)
 		}
 	} else {
@@ -165,7 +165,7 @@ func (u *UDP) open(ifi *net.Interface) error {
 		if err := p.SetMulticastTTL(cfg.TTL); err != nil {
 			return fmt.Errorf("transport: IP_MULTICAST_TTL %d: %w", cfg.TTL, err)
 		}
-		if err := p.SetMulticastLoopback(true); err != nil {
+		if err := p.SetMulticastLoopback(!cfg.NoLoopback); err != nil {
 			return fmt.Errorf("transport: IP_MULTICAST_LOOP: %w", err)
 		}
 	}
