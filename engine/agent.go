@@ -488,8 +488,7 @@ func (a *agent) drainSend(now time.Duration) int {
 	}
 	var low uint64
 	if m.cfg.InFlightBytes > 0 {
-		e, _ := p.WindowState(p.Self())
-		low = e.Low
+		low = p.GroupReceived() // what every member has read; >= own Low, <= lastSeq
 	}
 	for {
 		if a.pendI == a.pendN {
