@@ -6,6 +6,7 @@ import (
 	"golang.org/x/net/bpf"
 
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/engine/transport"
 	"github.com/nakcast/nakcast/wire"
 )
 
@@ -45,4 +46,21 @@ func selfFilter(self digest.Member) []bpf.RawInstruction {
 		panic(err) // a fixed program: cannot fail
 	}
 	return prog
+}
+
+// followSelfFilter replaces the group socket's filter by self's when the
+// member starts a new incarnation (newProtocol): the filter installed by
+// Open names Config.Self, while gms picks a new incarnation for every join
+// attempt and after an exclusion, and the protocol's datagrams carry it.
+// One setsockopt per incarnation, under the lock. If the transport cannot
+// replace its filter, the member still works: it reads its own data
+// datagrams back and the protocol drops them (Drops.Self).
+func (m *Member) followSelfFilter(self digest.Member) {
+	fs, ok := m.tr.(transport.GroupFilterSetter)
+	if !ok {
+		return
+	}
+	if err := fs.SetGroupFilter(selfFilter(self)); err != nil {
+		m.log.l.Warn("self filter not replaced: own data datagrams will be read back", "self", self.String(), "err", err)
+	}
 }
