@@ -41,9 +41,9 @@ func TestSenderDoesNotReadOwnData(t *testing.T) {
 
 // TestSelfFilterFollowsIncarnation checks selfFilter on a real group socket
 // whose filter is replaced, as newProtocol does for a new incarnation: the
-// new incarnation's DATA and FRAG datagrams are dropped in the kernel; the
-// old incarnation's, another member's and the new incarnation's control
-// datagrams pass.
+// new incarnation's protocol datagrams (DATA, FRAG, HIGHEST) are dropped in
+// the kernel; the old incarnation's, another member's, and the new
+// incarnation's wire HEARTBEAT and membership datagrams pass.
 func TestSelfFilterFollowsIncarnation(t *testing.T) {
 	const gid = 7
 	old := digest.Member{ID: 0x1122334455667788, Inc: 1}
@@ -74,6 +74,16 @@ func TestSelfFilterFollowsIncarnation(t *testing.T) {
 		require.NoError(t, err)
 		return d
 	}
+	highest := func(from digest.Member) []byte {
+		d, err := wire.EncodeHighest(make([]byte, 256), wire.Header{Group: gid, Sender: from}, wire.Highest{Low: 1, Highest: 5})
+		require.NoError(t, err)
+		return d
+	}
+	membership := func(from digest.Member) []byte {
+		d := data(from, 1)
+		d[2] = 22 // a gms type (heartbeat): the filter looks at the type byte only
+		return d
+	}
 	type dg struct {
 		name string
 		b    []byte
@@ -87,6 +97,10 @@ func TestSelfFilterFollowsIncarnation(t *testing.T) {
 		{"old incarnation FRAG", frag(old), true},
 		{"new incarnation HEARTBEAT", beat(cur), true},
 		{"other member FRAG", frag(other), true},
+		{"new incarnation HIGHEST", highest(cur), false},
+		{"old incarnation HIGHEST", highest(old), true},
+		{"new incarnation membership datagram", membership(cur), true},
+		{"other member HIGHEST", highest(other), true},
 	}
 	bufs := make([][]byte, len(dgs))
 	var want []string
