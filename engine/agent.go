@@ -515,8 +515,7 @@ func (a *agent) drainSend(now time.Duration) int {
 	var low uint64
 	lim := uint64(m.cfg.InFlightBytes)
 	if lim > 0 {
-		e, _ := p.WindowState(p.Self())
-		low = e.Low
+		low = p.GroupReceived() // what every member has read; >= own Low, <= lastSeq
 	}
 	for {
 		if a.pendI == a.pendN {
@@ -545,7 +544,7 @@ func (a *agent) drainSend(now time.Duration) int {
 			}
 			n := uint64(s.n)
 			if t := f + bytes; lim > 0 && t > 0 && t+n > lim {
-				// Flow control: wait for stability to catch up.
+				// Flow control: wait for the receivers to read.
 				if !a.protoFull {
 					m.ctr.flowControlWaits.Add(1)
 					a.protoFull = true

@@ -20,8 +20,9 @@ const (
 	EventLost
 	// EventSuspect: this member suspects Sender (a member of View) of
 	// having failed: silent for Config.SuspectTimeout and its probe
-	// unanswered. The coordinator excludes it (an EventView follows). A
-	// zero Sender: a suspicion the engine could not attribute.
+	// unanswered. The coordinator excludes it (an EventView follows).
+	// Reported once per suspicion, by the members that suspect it
+	// themselves (Stats.Suspicions counts them).
 	EventSuspect
 	// EventLagging: Sender (this member: the application is not
 	// consuming) has From messages of some sender received but not

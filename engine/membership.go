@@ -92,23 +92,23 @@ func (m *Member) newProtocol(self digest.Member, now time.Duration) (gms.Protoco
 	}
 	m.proto = p
 	m.selfV.Store(self)
+	m.followSelfFilter(self)
 	a.newIncarnation(self)
 	return &gms.NakackProtocol{P: p}, nil
 }
 
-// dropProtocol forgets the current incarnation's protocol, releasing what
-// it queued to send. (What its windows retain is left to the garbage
-// collector: nakack has no call that releases every buffer, so the pool's
-// budget keeps counting it.)
+// dropProtocol forgets the current incarnation's protocol (an exclusion,
+// a leave, or a rejoin replacing it) and returns every buffer it holds to
+// the pool: what it queued to send and what its windows retain (Close), so
+// that the old incarnation's messages stop counting against
+// Config.PoolBytes. It stays as lastProto for Stats (counters and window
+// numbers only).
 func (m *Member) dropProtocol() {
 	p := m.proto
 	if p == nil {
 		return
 	}
-	for _, o := range p.Outbox() {
-		o.Buf.Release()
-	}
-	p.ClearOutbox()
+	p.Close()
 	m.proto = nil
 	m.lastProto = p
 }
@@ -120,10 +120,6 @@ type listener Member
 func (l *listener) ViewInstalled(v gms.View) {
 	m := (*Member)(l)
 	a := &m.ag
-	now := m.now()
-	// A view that excludes a suspect is installed by the same entry point
-	// that suspected it: name suspects against the view they were in.
-	a.checkSuspicions(now)
 	m.view = v
 	a.viewSize = len(v.Members)
 	self := m.Self()
@@ -133,17 +129,6 @@ func (l *listener) ViewInstalled(v gms.View) {
 		}
 		if ap, err := netip.ParseAddrPort(p.Addr); err == nil {
 			a.addrs[p.Member] = ap
-		}
-	}
-	for mem := range a.heardAt {
-		if !v.Contains(mem) {
-			delete(a.heardAt, mem)
-			delete(a.suspected, mem)
-		}
-	}
-	for _, p := range v.Members {
-		if _, ok := a.heardAt[p.Member]; !ok {
-			a.heardAt[p.Member] = now
 		}
 	}
 	m.events.push(Event{Kind: EventView, View: v.ID, Members: v.IDs()})
@@ -175,6 +160,15 @@ func (l *listener) Left(err error) {
 		m.log.l.Warn("excluded from the group: rejoining", "self", m.Self())
 		a.rejoin = true
 	}
+}
+
+// Suspected implements gms.Listener: this member suspects mem, a member of
+// the installed view (gms calls it before acting on the suspicion, so the
+// view is the one the suspect is in; the view that excludes it follows).
+func (l *listener) Suspected(mem digest.Member) {
+	m := (*Member)(l)
+	m.ctr.suspicions.Add(1)
+	m.events.push(Event{Kind: EventSuspect, Sender: mem, View: m.view.ID})
 }
 
 // StateInstalled implements gms.Listener.
@@ -268,43 +262,8 @@ func (m *Member) View() (digest.ViewID, []digest.Member) {
 	return m.view.ID, m.view.IDs()
 }
 
-// heard notes a membership datagram from sender (for naming suspects).
-func (a *agent) heard(sender digest.Member, now time.Duration) {
-	if _, ok := a.heardAt[sender]; ok || len(a.heardAt) < 4*a.viewSize+64 {
-		a.heardAt[sender] = now
-	}
-}
+// heard and checkSuspicions are left for the agent's calls (gms names
+// suspects through Listener.Suspected): they go with those calls.
+func (a *agent) heard(digest.Member, time.Duration) {}
 
-// checkSuspicions reports new suspicions as EventSuspect. gms counts them
-// but does not name the suspect to its driver, so the engine names the
-// members of the view it has not heard from (membership datagrams:
-// heartbeats, probes' answers) for SuspectTimeout; a suspicion it cannot
-// attribute is reported with a zero Sender.
-func (a *agent) checkSuspicions(now time.Duration) {
-	m := a.m
-	n := m.g.Stats().Suspicions
-	if n == a.suspicions {
-		return
-	}
-	newS := int(n - a.suspicions)
-	a.suspicions = n
-	self := m.Self()
-	for _, p := range m.view.Members {
-		if newS == 0 {
-			break
-		}
-		if p.Member == self || a.suspected[p.Member] {
-			continue
-		}
-		if at, ok := a.heardAt[p.Member]; !ok || now-at >= m.cfg.SuspectTimeout {
-			a.suspected[p.Member] = true
-			newS--
-			m.ctr.suspicions.Add(1)
-			m.events.push(Event{Kind: EventSuspect, Sender: p.Member, View: m.view.ID})
-		}
-	}
-	for ; newS > 0; newS-- {
-		m.ctr.suspicions.Add(1)
-		m.events.push(Event{Kind: EventSuspect, View: m.view.ID})
-	}
-}
+func (a *agent) checkSuspicions(time.Duration) {}

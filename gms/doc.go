@@ -54,7 +54,8 @@
 // directly and, if the probe is not answered within Config.ProbeTimeout,
 // suspected: the coordinator excludes it. If the coordinator itself is
 // suspected, the first member of the view that is not suspected takes over
-// with a view that excludes it.
+// with a view that excludes it. The driver learns of each of this member's
+// suspicions through Listener.Suspected, before gms acts on it.
 //
 // When a view excludes a sender the coordinator fixes its cut (design.md,
 // "Crashed senders"): it collects from every survivor its delivered,

@@ -87,6 +87,9 @@ func (g *GMS) tickFD(now time.Duration) {
 					g.stats.Suspicions++
 					newSuspect = true
 					g.log.Info("gms: suspect", "self", g.self.Member, "member", m)
+					if g.cfg.Listener != nil {
+						g.cfg.Listener.Suspected(m)
+					}
 				}
 			}
 			continue

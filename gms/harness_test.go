@@ -97,7 +97,15 @@ type node struct {
 	views  []View
 	left   []error
 	states []error
+	susp   []suspicion
 	rejoin bool
+}
+
+// suspicion is one Listener.Suspected call: the member named and the view
+// installed when it was made.
+type suspicion struct {
+	m    digest.Member
+	view View
 }
 
 type harness struct {
@@ -146,6 +154,9 @@ func (s stateAppOf) SetState(b []byte) error { return s.n.app.SetState(b) }
 
 func (n *node) ViewInstalled(v View)     { n.views = append(n.views, v) }
 func (n *node) StateInstalled(err error) { n.states = append(n.states, err) }
+func (n *node) Suspected(m digest.Member) {
+	n.susp = append(n.susp, suspicion{m, n.g.View()})
+}
 func (n *node) Left(err error) {
 	n.left = append(n.left, err)
 	n.p = nil

@@ -32,6 +32,7 @@ type realNode struct {
 	views  []View
 	left   []error
 	states []error
+	susp   []suspicion
 	rejoin bool
 }
 
@@ -101,6 +102,9 @@ func (n *realNode) Lost(s digest.Member, from, to uint64) { n.app.lostRange(s, f
 
 func (n *realNode) ViewInstalled(v View)     { n.views = append(n.views, v) }
 func (n *realNode) StateInstalled(err error) { n.states = append(n.states, err) }
+func (n *realNode) Suspected(m digest.Member) {
+	n.susp = append(n.susp, suspicion{m, n.g.View()})
+}
 func (n *realNode) Left(err error) {
 	n.left = append(n.left, err)
 	if n.rejoin && err == ErrExcluded && n.h != nil {

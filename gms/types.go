@@ -188,6 +188,15 @@ type Listener interface {
 	// StateInstalled is called after a state transfer installed the state
 	// and the digest, or with an error when RequestState gave up.
 	StateInstalled(err error)
+	// Suspected is called once when this member starts suspecting m, a
+	// member of its installed view (silent for Config.SuspectTimeout and
+	// its probe unanswered within Config.ProbeTimeout; Stats.Suspicions
+	// counts these calls), before gms acts on it: a view that excludes m
+	// may be installed later in the same entry point. Suspicions reported
+	// by other members are not this member's and are not passed on. gms
+	// never withdraws a suspicion: it ends when a view without m is
+	// installed or when this member leaves the group.
+	Suspected(m digest.Member)
 }
 
 // Errors callers branch on.

@@ -172,6 +172,7 @@ func (p *Protocol) installView(v View, d digest.Digest, merge bool, now time.Dur
 		}
 	}
 	p.round.init(n, p.stablePer())
+	p.groupRecv = 0 // a new member may not have read anything yet
 	if p.hasView && p.stableAt == NoDeadline {
 		p.stableAt = now + p.cfg.StableInterval
 	}

@@ -127,6 +127,11 @@
 // per-round minimum and, once every member of the view reported, multicasts
 // STABILITY; members purge only on STABILITY from their current view's
 // coordinator, and a sender that some member's digest lacks is never purged.
+// STABILITY also carries, per sender, the minimum over the view of what the
+// members received (highest seqno read, gaps or not): GroupReceived returns
+// it for the own messages (at least the own Low, reset to Low by a new
+// view), the point a sender's flow control measures its bytes in flight
+// from. Unlike the stable point it does not wait for repairs.
 // While a digest capture (CaptureDigest) is held, the member advertises the
 // captured delivered values instead of its live ones; a merge capture
 // (CaptureMergeDigest) holds at the captured Low values instead, since the

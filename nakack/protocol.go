@@ -248,11 +248,14 @@ type Protocol struct {
 	budget      int
 	budgetAt    time.Duration
 
-	round    stableRound
-	captures []capture
-	capSeq   uint64
-	history  *digest.History
-	pending  []pendingDgram
+	round stableRound
+	// groupRecv: the Received of the own entry in the last STABILITY of
+	// the current view (every member read up to it); see GroupReceived.
+	groupRecv uint64
+	captures  []capture
+	capSeq    uint64
+	history   *digest.History
+	pending   []pendingDgram
 
 	scratch []msg
 	dscr    []msg

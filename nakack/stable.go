@@ -17,6 +17,7 @@ import (
 type stableRound struct {
 	n, per, chunks int
 	min            []uint64
+	minRecv        []uint64 // minimum Received per sender (STABILITY's Received)
 	lack           []bool
 	got            []bool // member*chunks + chunk
 	nGot           int
@@ -28,6 +29,7 @@ func (r *stableRound) init(n, per int) {
 	r.n, r.per = n, max(per, 1)
 	r.chunks = max(1, (n+r.per-1)/r.per)
 	r.min = make([]uint64, n)
+	r.minRecv = make([]uint64, n)
 	r.lack = make([]bool, n)
 	r.got = make([]bool, n*r.chunks)
 	r.seen = make([]uint64, n)
@@ -37,6 +39,7 @@ func (r *stableRound) init(n, per int) {
 func (r *stableRound) reset() {
 	for i := range r.min {
 		r.min[i] = math.MaxUint64
+		r.minRecv[i] = math.MaxUint64
 	}
 	clear(r.lack)
 	clear(r.got)
@@ -176,6 +179,7 @@ func fold[E wire.Entries](p *Protocol, from int, d E, now time.Duration) {
 		}
 		r.seen[j] = r.foldSeq
 		r.min[j] = min(r.min[j], e.Delivered)
+		r.minRecv[j] = min(r.minRecv[j], max(e.Received, e.Delivered))
 	}
 	for j := chunk * r.per; j < min(r.n, (chunk+1)*r.per); j++ {
 		if r.seen[j] != r.foldSeq {
@@ -193,7 +197,9 @@ func fold[E wire.Entries](p *Protocol, from int, d E, now time.Duration) {
 }
 
 // emitStability multicasts the round's minimum (senders no member lacked)
-// and applies it here.
+// and applies it here: per sender, Low and Delivered are the minimum
+// delivered (the stable seqno), Received the minimum received (what every
+// member has read of that sender: GroupReceived).
 func (p *Protocol) emitStability(now time.Duration) {
 	r := &p.round
 	es := p.entries[:0]
@@ -202,7 +208,7 @@ func (p *Protocol) emitStability(now time.Duration) {
 			continue
 		}
 		v := r.min[j]
-		es = append(es, digest.Entry{Member: m, Low: v, Delivered: v, Received: v})
+		es = append(es, digest.Entry{Member: m, Low: v, Delivered: v, Received: max(v, r.minRecv[j])})
 	}
 	p.entries = es
 	if len(es) == 0 {
@@ -242,6 +248,30 @@ func (p *Protocol) onStability(h wire.Header, body []byte, now time.Duration) er
 	return nil
 }
 
+// GroupReceived returns how far every other member of the view has read
+// this member's own messages: the minimum over the view of the highest own
+// seqno each member reported as received (STABLE's Received, folded by the
+// coordinator into the Received of its STABILITY), never below the own
+// window's Low (what is stable was received by all) nor above the highest
+// seqno sent. Until a STABILITY of the current view carried it, it is Low.
+// A single-member view returns the highest seqno sent; without a view, Low.
+//
+// It is a sender's flow-control point: what lies above it is in flight
+// towards some member's socket buffer, whereas Low also waits for every
+// repair and delivery. It is as fresh as the last STABILITY (members report
+// every StableInterval and every StableBytes received) and costs nothing
+// per message: O(1) per call, one comparison per STABILITY entry.
+func (p *Protocol) GroupReceived() uint64 {
+	low, sent := p.own.low(), p.nextSeq-1
+	switch {
+	case !p.hasView:
+		return low
+	case len(p.view.Members) == 1 && p.view.Members[0] == p.self:
+		return sent
+	}
+	return min(max(p.groupRecv, low), sent)
+}
+
 // applyStability purges every live sender's window up to its stable seqno
 // and, where low rose, re-checks what the purge made room for (roomMade).
 func applyStability[E wire.Entries](p *Protocol, d E, now time.Duration) {
@@ -250,6 +280,12 @@ func applyStability[E wire.Entries](p *Protocol, d E, now time.Duration) {
 		s := p.senders[e.Member]
 		if s == nil || s.win == nil || s.state != live {
 			continue
+		}
+		if s.own {
+			// Every member has read up to e.Received (a coordinator
+			// older than this field's use wrote Delivered: a lower bound
+			// too).
+			p.groupRecv = max(p.groupRecv, min(e.Received, p.nextSeq-1))
 		}
 		low := s.win.Low()
 		p.stats.Purged += uint64(p.purgeWin(s, e.Delivered))

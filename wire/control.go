@@ -327,8 +327,9 @@ type Stable struct {
 }
 
 // Stability is a decoded STABILITY: the coordinator's digest for view View in
-// which Delivered is the stable seqno (the minimum over the view) below which
-// members may purge.
+// which Delivered (and Low) is the stable seqno (the minimum over the view)
+// below which members may purge, and Received the minimum received over the
+// view, a lower bound of what every member has read of that sender.
 type Stability struct {
 	View   digest.ViewID
 	Digest DigestView

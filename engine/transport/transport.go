@@ -64,6 +64,15 @@ type Transport interface {
 	Close() error
 }
 
+// GroupFilterSetter is implemented by a transport whose group socket's
+// kernel filter (Config.GroupFilter) can be replaced while it is open: the
+// engine installs a new self filter when the member gets a new incarnation.
+type GroupFilterSetter interface {
+	// SetGroupFilter replaces the group socket's filter by prog (an empty
+	// prog removes it). Datagrams queued before the call stay queued.
+	SetGroupFilter(prog []bpf.RawInstruction) error
+}
+
 // Defaults applied by Config for zero fields.
 const (
 	DefaultInterface  = "lo"
@@ -138,7 +147,7 @@ type Config struct {
 	// buffer space, copy or system call. Offsets are from the UDP header:
 	// the payload starts at offset 8. The engine uses it to keep a
 	// member's own data datagrams, which multicast loopback delivers back
-	// to it, out of its socket.
+	// to it, out of its socket. GroupFilterSetter replaces it at run time.
 	GroupFilter []bpf.RawInstruction
 	// NoLoopback turns IP_MULTICAST_LOOP (IPV6_MULTICAST_LOOP) off: the
 	// datagrams this transport sends to the group are not delivered to

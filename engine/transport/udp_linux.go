@@ -11,6 +11,7 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
@@ -87,7 +88,10 @@ type writer struct {
 	boundSend func(uintptr) bool
 }
 
-var _ Transport = (*UDP)(nil)
+var (
+	_ Transport         = (*UDP)(nil)
+	_ GroupFilterSetter = (*UDP)(nil)
+)
 
 // Open validates cfg, opens and configures the sockets and joins the group.
 // Errors from validation wrap ErrInvalidConfig and name the field.
@@ -202,13 +206,8 @@ func (u *UDP) open(ifi *net.Interface) error {
 		u.group = netip.AddrPortFrom(cfg.Group.Addr(), bound.Port())
 		if len(cfg.GroupFilter) > 0 {
 			// Before the join: nothing the filter refuses is ever queued.
-			if v6 {
-				err = ipv6.NewPacketConn(u.gconn).SetBPF(cfg.GroupFilter)
-			} else {
-				err = ipv4.NewPacketConn(u.gconn).SetBPF(cfg.GroupFilter)
-			}
-			if err != nil {
-				return fmt.Errorf("transport: SO_ATTACH_FILTER on the group socket: %w", err)
+			if err := u.attachFilter(cfg.GroupFilter); err != nil {
+				return err
 			}
 		}
 		gaddr := &net.UDPAddr{IP: cfg.Group.Addr().AsSlice()}
@@ -612,6 +611,58 @@ func (u *UDP) send(fd uintptr) bool {
 		}
 	}
 	return true
+}
+
+// SetGroupFilter implements GroupFilterSetter: it replaces the group
+// socket's kernel filter by prog (Config.GroupFilter's rules), or removes it
+// when prog is empty. SO_ATTACH_FILTER swaps the program atomically: every
+// datagram queued after the call was judged by prog, every one before by
+// the old program (datagrams already queued stay). A SendOnly transport has
+// no group socket: nothing to filter, it returns nil. Safe from any
+// goroutine; it allocates (call it at human rates, e.g. on a new
+// incarnation).
+func (u *UDP) SetGroupFilter(prog []bpf.RawInstruction) error {
+	if u.closed.Load() {
+		return ErrClosed
+	}
+	if u.gconn == nil {
+		return nil
+	}
+	if len(prog) == 0 {
+		var serr error
+		if err := u.graw.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_DETACH_FILTER, 0)
+		}); err != nil {
+			return u.closedErr(err)
+		}
+		if serr != nil && !errors.Is(serr, unix.ENOENT) { // ENOENT: no filter attached
+			return fmt.Errorf("transport: SO_DETACH_FILTER on the group socket: %w", os.NewSyscallError("setsockopt", serr))
+		}
+		return nil
+	}
+	return u.closedErr(u.attachFilter(prog))
+}
+
+// attachFilter attaches prog to the group socket (SO_ATTACH_FILTER).
+func (u *UDP) attachFilter(prog []bpf.RawInstruction) error {
+	var err error
+	if u.cfg.Group.Addr().Is4() {
+		err = ipv4.NewPacketConn(u.gconn).SetBPF(prog)
+	} else {
+		err = ipv6.NewPacketConn(u.gconn).SetBPF(prog)
+	}
+	if err != nil {
+		return fmt.Errorf("transport: SO_ATTACH_FILTER on the group socket: %w", err)
+	}
+	return nil
+}
+
+// closedErr returns ErrClosed for an error caused by a concurrent Close.
+func (u *UDP) closedErr(err error) error {
+	if err != nil && u.closed.Load() {
+		return ErrClosed
+	}
+	return err
 }
 
 // SetReadDeadline implements Transport.

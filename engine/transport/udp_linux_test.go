@@ -549,3 +549,54 @@ func TestGroupFilterDropsInKernel(t *testing.T) {
 		})
 	}
 }
+
+// dropFirstByte is a group filter that drops datagrams whose payload starts
+// with c and keeps the rest whole.
+func dropFirstByte(t *testing.T, c byte) []bpf.RawInstruction {
+	t.Helper()
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: 8, Size: 1},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(c), SkipTrue: 1},
+		bpf.RetConstant{Val: 0xffffffff},
+		bpf.RetConstant{Val: 0},
+	})
+	require.NoError(t, err)
+	return prog
+}
+
+// TestSetGroupFilterReplaces: SetGroupFilter swaps the kernel filter of an
+// open transport: what the old program dropped passes, what the new one
+// refuses is dropped; an empty program removes the filter; after Close it
+// returns ErrClosed.
+func TestSetGroupFilterReplaces(t *testing.T) {
+	u := open(t, transport.Config{Group: group(20), BatchSize: 16, GroupFilter: dropFirstByte(t, 'A')})
+	plain := member(t, group(20), u)
+	msgs := [][]byte{[]byte("A 1"), []byte("B 1"), []byte("C 1")}
+	// round sends msgs and returns what u got of them: the unfiltered
+	// member reads all three first, so by then u has everything it will get.
+	round := func() []string {
+		t.Helper()
+		n, err := u.WriteBatch(msgs, nil)
+		require.NoError(t, err)
+		require.Equal(t, len(msgs), n)
+		_, _ = readN(t, plain, len(msgs))
+		b := newBatch(16, 64)
+		k, err := u.TryReadBatch(b.bufs, b.sizes, nil)
+		require.NoError(t, err)
+		var got []string
+		for i := range k {
+			got = append(got, string(b.bufs[i][:b.sizes[i]]))
+		}
+		return got
+	}
+	require.Equal(t, []string{"B 1", "C 1"}, round())
+	require.NoError(t, u.SetGroupFilter(dropFirstByte(t, 'B')))
+	require.Equal(t, []string{"A 1", "C 1"}, round())
+	require.NoError(t, u.SetGroupFilter(nil))
+	require.Equal(t, []string{"A 1", "B 1", "C 1"}, round())
+	require.NoError(t, u.SetGroupFilter(nil), "removing no filter")
+	require.NoError(t, u.Close())
+	require.ErrorIs(t, u.SetGroupFilter(dropFirstByte(t, 'A')), transport.ErrClosed)
+	s := open(t, transport.Config{Group: plain.Group(), SendOnly: true, BatchSize: 16})
+	require.NoError(t, s.SetGroupFilter(dropFirstByte(t, 'A')), "SendOnly: nothing to filter")
+}

@@ -5,13 +5,18 @@ package transport
 import (
 	"net/netip"
 	"time"
+
+	"golang.org/x/net/bpf"
 )
 
 // UDP is the UDP multicast backend of Transport; it is implemented on Linux
 // only, elsewhere Open returns ErrUnsupported.
 type UDP struct{}
 
-var _ Transport = (*UDP)(nil)
+var (
+	_ Transport         = (*UDP)(nil)
+	_ GroupFilterSetter = (*UDP)(nil)
+)
 
 // Open returns ErrUnsupported on this platform (after validating cfg).
 func Open(cfg Config) (*UDP, error) {
@@ -29,6 +34,9 @@ func (*UDP) TryReadBatch([][]byte, []int, []netip.AddrPort) (int, error) { retur
 
 // WriteBatch implements Transport.
 func (*UDP) WriteBatch([][]byte, []netip.AddrPort) (int, error) { return 0, ErrUnsupported }
+
+// SetGroupFilter implements GroupFilterSetter.
+func (*UDP) SetGroupFilter([]bpf.RawInstruction) error { return ErrUnsupported }
 
 // SetReadDeadline implements Transport.
 func (*UDP) SetReadDeadline(time.Time) error { return ErrUnsupported }

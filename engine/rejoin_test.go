@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRejoinFiltersOwnDataAndReleasesPool excludes a member and lets it
+// rejoin as a new incarnation, then checks what the new incarnation leaves
+// behind: the group socket's kernel filter names the new incarnation (the
+// member reads none of its own data datagrams back: Drops.Self is zero),
+// and the buffers the dropped incarnation's windows held are back in the
+// pool (its outstanding bytes return to what they were before the
+// exclusion, once everything is stable).
+//
+// The exclusion: the test holds the victim's lock, so its agent stops at
+// its next iteration and answers no heartbeat; the coordinator suspects it
+// (SuspectTimeout+ProbeTimeout) and installs a view without it. Messages
+// the coordinator multicast during the pause are queued in the victim's
+// group socket before that view (one socket, FIFO), so the victim's old
+// incarnation receives and holds them, unstable, when the view excludes
+// it. The victim's own SuspectTimeout is long: after its pause it must be
+// excluded, not take over as coordinator.
+func TestRejoinFiltersOwnDataAndReleasesPool(t *testing.T) {
+	base := runtime.NumGoroutine()
+	recs := []*recorder{newRecorder(-1), newRecorder(-1)}
+	ms := openJoined(t, 2, func(i int, c *Config) {
+		c.Handler = recs[i]
+		if i == 1 {
+			c.SuspectTimeout = time.Minute
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, m := range ms {
+		waitViewSize(t, ctx, m, 2)
+	}
+	coord, victim := ms[0], ms[1]
+	cid, old := coord.Self(), victim.Self()
+
+	// Traffic both ways, then the victim's baseline: every window purged
+	// (stable), the pool holding only the agent's read buffers.
+	const n = 100
+	for i := range n {
+		require.NoError(t, coord.Send(ctx, payloadOf(0, i, 1000)))
+		require.NoError(t, victim.Send(ctx, payloadOf(1, i, 1000)))
+	}
+	require.NoError(t, recs[1].waitFor(ctx, func() bool { return recs[1].count[cid] == n && recs[1].count[old] == n }))
+	require.NoError(t, recs[0].waitFor(ctx, func() bool { return recs[0].count[cid] == n && recs[0].count[old] == n }))
+	var baseline int64
+	require.NoError(t, pollUntil(ctx, func() bool {
+		s := victim.Stats()
+		for _, w := range s.Senders {
+			if w.Received < n || w.Low < w.Received {
+				return false
+			}
+		}
+		baseline = s.Pool.Outstanding
+		return len(s.Senders) == 2
+	}), "the victim's windows never became stable")
+
+	// Pause the victim; the coordinator multicasts while it is paused.
+	victim.mu.Lock()
+	paused := true
+	defer func() {
+		if paused {
+			victim.mu.Unlock()
+		}
+	}()
+	const during = 200
+	for i := range during {
+		require.NoError(t, coord.Send(ctx, payloadOf(0, n+i, 1000)))
+	}
+	require.NoError(t, pollUntil(ctx, func() bool { return coord.Stats().Sent == n+during }))
+	e := waitViewSize(t, ctx, coord, 1)
+	require.NotContains(t, e.Members, old)
+	victim.mu.Unlock()
+	paused = false
+
+	// The victim finds itself excluded and rejoins as a new incarnation.
+	waitViewSize(t, ctx, coord, 2)
+	waitViewSize(t, ctx, victim, 2)
+	cur := victim.Self()
+	require.Equal(t, old.ID, cur.ID)
+	require.Greater(t, cur.Inc, old.Inc, "a new incarnation")
+	victim.mu.Lock()
+	held, ok := victim.lastProto.WindowState(cid)
+	victim.mu.Unlock()
+	require.True(t, ok)
+	require.Greater(t, held.Received, held.Low,
+		"the old incarnation held unstable messages of the coordinator when it was dropped (else this test checks no release)")
+
+	// The new incarnation sends; the coordinator gets everything. A
+	// message of the coordinator sent after that reaches the victim's
+	// group socket after the victim's own datagrams: once it is
+	// delivered, the victim has read everything its socket let through.
+	const m2 = 300
+	for i := range m2 {
+		require.NoError(t, victim.Send(ctx, payloadOf(1, n+i, 100+i%900)))
+	}
+	require.NoError(t, recs[0].waitFor(ctx, func() bool { return recs[0].count[cur] == m2 }))
+	recs[1].mu.Lock()
+	before := recs[1].count[cid]
+	recs[1].mu.Unlock()
+	require.NoError(t, coord.Send(ctx, []byte("marker")))
+	require.NoError(t, recs[1].waitFor(ctx, func() bool { return recs[1].count[cid] > before }))
+	s := victim.Stats()
+	require.Equal(t, uint64(m2), s.Sent)
+	require.Positive(t, s.Bundles)
+	require.Zero(t, s.Drops.Self, "the new incarnation read its own data datagrams")
+
+	// Once the new incarnation's windows are stable, the pool holds what
+	// it held before the exclusion: nothing of the old incarnation.
+	pctx, pcancel := context.WithTimeout(ctx, 15*time.Second)
+	defer pcancel()
+	var last int64
+	err := pollUntil(pctx, func() bool {
+		last = victim.Stats().Pool.Outstanding
+		return last <= baseline
+	})
+	require.NoError(t, err, "pool outstanding %d bytes after the rejoin, %d before the exclusion", last, baseline)
+	t.Logf("pool outstanding: %d bytes before the exclusion, %d after the rejoin; old incarnation held the coordinator's %d..%d",
+		baseline, last, held.Low+1, held.Received)
+	closeInOrder(t, ms)
+	checkNoLeak(t, base)
+}

@@ -1,0 +1,138 @@
+package gms
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/stretchr/testify/require"
+)
+
+// requireSuspicions checks what one surviving node reported through
+// Listener.Suspected after victim crashed: every suspicion names victim,
+// in a view that still contained it (the view the suspicion was made in),
+// at most once, and the calls match the node's Suspicions counter. It
+// returns whether the node suspected victim.
+func requireSuspicions(t *testing.T, seed, id uint64, susp []suspicion, count uint64, victim digest.Member) bool {
+	t.Helper()
+	require.Equal(t, count, uint64(len(susp)), "seed %d node %d: one Suspected call per counted suspicion", seed, id)
+	for _, s := range susp {
+		require.Equal(t, victim, s.m, "seed %d node %d: suspected a live member (view %v)", seed, id, s.view)
+		require.True(t, s.view.Contains(victim), "seed %d node %d: suspicion made in view %v without the suspect", seed, id, s.view)
+	}
+	require.LessOrEqual(t, len(susp), 1, "seed %d node %d: suspected twice: %v", seed, id, susp)
+	return len(susp) == 1
+}
+
+// TestSuspectedNamesTheCrashed (simulator, fake protocol): a member of four
+// (the coordinator in some seeds) crashes under loss; gms names it to the
+// survivors' listeners (at least one survivor suspects it, none suspects a
+// live member, each suspicion is named once, in the view it was made in,
+// before the view that excludes it); a later graceful leave is no
+// suspicion.
+func TestSuspectedNamesTheCrashed(t *testing.T) {
+	coordSeen := false
+	for seed := range uint64(seeds(60, 12)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h := newHarness(t, seed, lossyNet(seed, 0.05))
+			all := []*node{h.add(1), h.add(2), h.add(3), h.add(4)}
+			h.join(0, all[0])
+			h.join(60*time.Millisecond, all[1:]...)
+			h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
+			for _, n := range all {
+				require.Empty(t, n.susp, "seed %d node %d: suspicion while joining", seed, n.id)
+			}
+			r := rand.New(rand.NewPCG(seed, 11))
+			victim := all[r.IntN(len(all))]
+			vm := victim.self()
+			coordSeen = coordSeen || victim == all[0]
+			crashAt := h.s.Now() + time.Duration(r.IntN(100))*time.Millisecond
+			h.s.Schedule(crashAt, func(time.Duration) { h.s.Crash(victim.Member()) })
+			var surv []*node
+			for _, n := range all {
+				if n != victim {
+					surv = append(surv, n)
+				}
+			}
+			h.runUntil(func() bool { return h.s.Now() > crashAt && converged(surv...) && quiet(surv...) },
+				crashAt+10*time.Second, "crashed member excluded")
+			suspected := 0
+			for _, n := range surv {
+				if requireSuspicions(t, seed, n.id, n.susp, n.g.Stats().Suspicions, vm) {
+					suspected++
+					// Named before the view that excludes it: the view
+					// recorded with the suspicion still had it, and a view
+					// without it was installed afterwards.
+					last := n.views[len(n.views)-1]
+					require.False(t, last.Contains(vm))
+				}
+			}
+			require.NotZero(t, suspected, "seed %d: nobody suspected the crashed member", seed)
+
+			// A graceful leave is not a suspicion.
+			leaver := surv[r.IntN(len(surv))]
+			var rest []*node
+			for _, n := range surv {
+				if n != leaver {
+					rest = append(rest, n)
+				}
+			}
+			before := map[uint64]int{}
+			for _, n := range surv {
+				before[n.id] = len(n.susp)
+			}
+			h.do(h.s.Now(), leaver, func(now time.Duration) { require.NoError(t, leaver.g.Leave(now)) })
+			h.runUntil(func() bool { return len(leaver.left) == 1 && converged(rest...) && quiet(rest...) },
+				h.s.Now()+10*time.Second, "left")
+			require.NoError(t, leaver.left[0])
+			for _, n := range surv {
+				require.Len(t, n.susp, before[n.id], "seed %d node %d: a leave reported as a suspicion", seed, n.id)
+			}
+			h.noErrors()
+		})
+	}
+	require.True(t, coordSeen, "no seed crashed the coordinator")
+}
+
+// TestSuspectedRealNakack: the same on the real nakack under traffic: a
+// member (the coordinator in some seeds) crashes while everyone sends;
+// the survivors name it and nobody else, and end in one view without it.
+func TestSuspectedRealNakack(t *testing.T) {
+	for seed := range uint64(seeds(30, 6)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h := newRHarness(t, seed, lossyNet(seed, 0.05))
+			all := []*realNode{h.add(1), h.add(2), h.add(3), h.add(4)}
+			h.join(0, all[0])
+			h.join(60*time.Millisecond, all[1:]...)
+			h.runUntil(func() bool { return rConverged(all...) && rQuiet(all...) }, 5*time.Second, "joined")
+			start := h.s.Now()
+			for _, n := range all {
+				h.traffic(n, start, start+600*time.Millisecond, 2*time.Millisecond)
+			}
+			r := rand.New(rand.NewPCG(seed, 13))
+			victim := all[int(seed)%len(all)]
+			vm := victim.self()
+			crashAt := start + time.Duration(50+r.IntN(300))*time.Millisecond
+			h.s.Schedule(crashAt, func(time.Duration) { h.s.Crash(victim.Member()) })
+			var surv []*realNode
+			for _, n := range all {
+				if n != victim {
+					surv = append(surv, n)
+				}
+			}
+			h.runUntil(func() bool { return h.s.Now() > crashAt && rConverged(surv...) && rQuiet(surv...) },
+				crashAt+20*time.Second, "crashed member excluded")
+			suspected := 0
+			for _, n := range surv {
+				if requireSuspicions(t, seed, n.id, n.susp, n.g.Stats().Suspicions, vm) {
+					suspected++
+				}
+				require.False(t, n.g.View().Contains(vm))
+			}
+			require.NotZero(t, suspected, "seed %d: nobody suspected the crashed member", seed)
+			h.noErrors()
+		})
+	}
+}
