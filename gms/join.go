@@ -11,7 +11,8 @@ import (
 type joinState struct {
 	discovering bool
 	deadline    time.Duration
-	attempt     int
+	attempt     int // discovery rounds without an answer and JOIN_REQs (MaxJoinAttempts)
+	reqs        int // JOIN_REQs sent (the backoff doubles per JOIN_REQ)
 	coord       Peer
 	incs        []uint32 // incarnations used by this join: a JoinRsp for any is accepted
 	answers     []Peer   // coordinators named by discovery answers
@@ -112,13 +113,13 @@ func (g *GMS) tickJoin(now time.Duration) {
 		g.sendJoinReq(now)
 		return
 	}
-	// No valid JoinRsp in time: rediscover every third attempt (the
+	// No valid JoinRsp in time: rediscover after every third JOIN_REQ (the
 	// coordinator may have changed), else retry the same coordinator.
 	if g.cfg.MaxJoinAttempts > 0 && g.join.attempt >= g.cfg.MaxJoinAttempts {
 		g.exit(ErrJoinFailed, now)
 		return
 	}
-	if g.join.attempt%3 == 0 {
+	if g.join.reqs%3 == 0 {
 		g.startDiscovery(now)
 		return
 	}
@@ -128,6 +129,7 @@ func (g *GMS) tickJoin(now time.Duration) {
 // sendJoinReq sends JOIN_REQ with a new incarnation and arms the backoff.
 func (g *GMS) sendJoinReq(now time.Duration) {
 	g.join.attempt++
+	g.join.reqs++
 	g.inc++
 	g.join.incs = append(g.join.incs, g.inc)
 	g.self.Member = digest.Member{ID: g.cfg.ID, Inc: g.inc}
@@ -135,7 +137,7 @@ func (g *GMS) sendJoinReq(now time.Duration) {
 	m.withAddr(g.cfg.Addr)
 	g.send(g.join.coord, m)
 	g.stats.JoinAttempts++
-	wait := g.cfg.JoinTimeout << min(g.join.attempt-1, 20)
+	wait := g.cfg.JoinTimeout << min(g.join.reqs-1, 20)
 	wait = min(wait, g.cfg.JoinBackoffMax)
 	wait += time.Duration(g.rng.Int64N(int64(wait)/4 + 1))
 	g.join.deadline = now + wait

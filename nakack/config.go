@@ -287,4 +287,5 @@ type Stats struct {
 	Purged              uint64 // messages released by stability (or forced) purges
 	HighestSent         uint64
 	Drops               Drops
+	Repair              RepairStats // repair latency (stats.go)
 }

@@ -111,6 +111,8 @@ type sender struct {
 	rqAt    time.Duration
 	rqSince time.Duration
 	inRQ    bool
+
+	st senderStats // repair latency and peer lag bookkeeping (stats.go)
 }
 
 func (s *sender) low() uint64 {
@@ -426,6 +428,7 @@ func (s *sender) hasGapAbove(x uint64) bool {
 
 // arm starts s's NAK timer for a fresh gap episode.
 func (p *Protocol) arm(s *sender, now time.Duration) {
+	s.gapOpened(now)
 	s.armed = true
 	s.armIdx = len(p.armed)
 	p.armed = append(p.armed, s)
@@ -481,6 +484,7 @@ func (p *Protocol) roomMade(s *sender, now time.Duration) {
 // checkGaps (re)computes s's NAK deadlines after its state changed.
 func (p *Protocol) checkGaps(s *sender, now time.Duration) {
 	if !s.hasGaps() {
+		p.gapClosed(s, now)
 		p.disarm(s)
 		return
 	}

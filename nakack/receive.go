@@ -37,6 +37,7 @@ func (p *Protocol) Receive(buf *wire.Buffer, now time.Duration) error {
 	case wire.TypeMsgNotFound:
 		return p.onMsgNotFound(h, body, now)
 	case wire.TypeStable:
+		p.noteStable(h, body, now) // peer lag (stats.go)
 		return p.onStable(h, body, now)
 	case wire.TypeStability:
 		return p.onStability(h, body, now)

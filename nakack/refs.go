@@ -96,6 +96,9 @@ func (p *Protocol) releaseRefs(s *sender, upto uint64) {
 // datagrams wholly below its new low.
 func (p *Protocol) purgeWin(s *sender, upto uint64) int {
 	n := s.win.Purge(upto, nil)
+	if n > 0 && s.own {
+		p.ownPurged() // peer lag (stats.go)
+	}
 	p.releaseRefs(s, s.win.Low())
 	return n
 }
