@@ -73,10 +73,11 @@ type MemberConfig struct {
 	// LossRate drops this fraction of received datagrams before the
 	// protocol (engine.Config.LossRate).
 	LossRate float64
-	// Idle, Transport, MaxDatagram, BundleBytes, BundleDelay, Window,
-	// RecvBuffer and BatchSize go to engine.Config (zero: the engine's
-	// defaults).
+	// Idle, Threading, Transport, MaxDatagram, BundleBytes, BundleDelay,
+	// Window, RecvBuffer and BatchSize go to engine.Config (zero: the
+	// engine's defaults).
 	Idle        engine.IdleStrategy
+	Threading   engine.Threading
 	Transport   string
 	MaxDatagram int
 	BundleBytes int
@@ -181,7 +182,7 @@ func (c MemberConfig) engineConfig(h engine.Handler) engine.Config {
 		Self: ids[c.Index], Members: ids,
 		MaxDatagram: c.MaxDatagram, BundleBytes: c.BundleBytes, BundleDelay: c.BundleDelay,
 		Window: c.Window, RecvBuffer: c.RecvBuffer, BatchSize: c.BatchSize,
-		Idle: c.Idle, LossRate: c.LossRate, LossSeed: c.RunID ^ uint64(c.Index),
+		Idle: c.Idle, Threading: c.Threading, LossRate: c.LossRate, LossSeed: c.RunID ^ uint64(c.Index),
 		Logger: c.Logger, Handler: h,
 	}
 }

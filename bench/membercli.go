@@ -41,6 +41,7 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 		"-duration", cfg.Duration.String(),
 		"-loss", strconv.FormatFloat(cfg.LossRate, 'g', -1, 64),
 		"-idle", cfg.Idle.String(),
+		"-threading", cfg.Threading.String(),
 		"-sample", strconv.Itoa(cfg.SampleEvery),
 		"-out", out,
 	}
@@ -83,6 +84,7 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	duration := fs.Duration("duration", 2*time.Second, "how long to send when -count is 0")
 	loss := fs.Float64("loss", 0, "fraction of received datagrams dropped before the protocol")
 	idle := fs.String("idle", "block", "idle strategy: block, yield or spin")
+	threading := fs.String("threading", "shared", "agent goroutines: shared (one) or dedicated (sender and receiver)")
 	transport := fs.String("transport", "udp", "transport: udp")
 	datagram := fs.Int("datagram", 0, "largest datagram (0: interface MTU less headers)")
 	bundle := fs.Int("bundle-bytes", 0, "bundling limit in bytes (0: the datagram size)")
@@ -131,6 +133,14 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		cfg.Idle = engine.IdleSpin
 	default:
 		return bad("-idle %q: want block, yield or spin", *idle)
+	}
+	switch *threading {
+	case "shared":
+		cfg.Threading = engine.ThreadingShared
+	case "dedicated":
+		cfg.Threading = engine.ThreadingDedicated
+	default:
+		return bad("-threading %q: want shared or dedicated", *threading)
 	}
 	if *transport == engine.TransportXDP {
 		return fmt.Errorf("-transport xdp: the AF_XDP backend is not available yet (it arrives with ebpf/)")

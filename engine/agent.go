@@ -81,10 +81,15 @@ type agent struct {
 	suspicions uint64                    // gms's count already reported
 	gaddrs     map[string]netip.AddrPort // parsed gms peer addresses
 
-	// write side (wq[i] is nil for a gms datagram)
-	wq    []*wire.Buffer
-	wb    [][]byte
-	wdsts []netip.AddrPort
+	// write side: the receiver's (or shared agent's) batch and, with
+	// ThreadingDedicated, the sender goroutine's
+	rw, sw wbatch
+
+	// ThreadingDedicated
+	dedicated bool
+	sendWake  chan struct{} // producers, room made, Close: wake the sender
+	quit      chan struct{} // closed when the receiver goroutine exits
+	sendDone  chan struct{} // closed when the sender goroutine exits
 
 	pushH deliverer // push mode: wraps Config.Handler
 	pullH deliverer // pull mode: wraps Poll's handler
@@ -134,9 +139,14 @@ func (a *agent) init(m *Member) {
 	a.small = m.cfg.MaxDatagram / 8
 	a.pend = make([]pubSlot, min(1024, m.cfg.RingCapacity))
 	a.pls = make([][]byte, 0, len(a.pend))
-	a.wq = make([]*wire.Buffer, 0, 2*bs)
-	a.wb = make([][]byte, 0, 2*bs)
-	a.wdsts = make([]netip.AddrPort, 0, 2*bs)
+	a.rw.init(2 * bs)
+	a.dedicated = m.cfg.Threading == ThreadingDedicated
+	if a.dedicated {
+		a.sw.init(2 * bs)
+		a.sendWake = make(chan struct{}, 1)
+		a.quit = make(chan struct{})
+		a.sendDone = make(chan struct{})
+	}
 	a.pushH = deliverer{m: m, h: m.cfg.Handler}
 	a.pullH = deliverer{m: m}
 	a.drop = deliverer{m: m}
@@ -185,6 +195,13 @@ func (a *agent) run() {
 	m := a.m
 	defer close(m.done)
 	defer a.cleanup()
+	if a.dedicated {
+		go a.runSender()
+		defer func() {
+			close(a.quit)
+			<-a.sendDone
+		}()
+	}
 	spins := 0
 	for {
 		select {
@@ -196,12 +213,12 @@ func (a *agent) run() {
 			n, err := m.tr.TryReadBatch(a.rbytes, a.sizes, a.srcs)
 			a.readErr(err)
 			a.nread = n
-			if n == 0 && a.sending {
+			if n == 0 && !a.dedicated && a.sending {
 				a.readAt = m.now() + busyReadInterval
 			}
 		}
 		work, deadline, finished := a.iterate()
-		a.write()
+		a.write(&a.rw)
 		if work > 0 {
 			m.signalDeliverable()
 		}
@@ -246,8 +263,10 @@ func (a *agent) run() {
 const busyReadInterval = 20 * time.Microsecond
 
 // readDue reports whether this iteration reads the sockets.
+// (a.sending belongs to the sender goroutine with ThreadingDedicated,
+// whose receiver goroutine always reads.)
 func (a *agent) readDue() bool {
-	return !a.sending || a.m.now() >= a.readAt
+	return a.dedicated || !a.sending || a.m.now() >= a.readAt
 }
 
 // block waits in recvmmsg until a datagram arrives, the protocol's next
@@ -270,6 +289,16 @@ func (a *agent) block(deadline time.Duration) {
 		}
 	}
 	_ = m.tr.SetReadDeadline(t)
+	if a.dedicated {
+		// Producers wake the sender goroutine, not this one.
+		if a.stopped() || (m.closing.Load() && !a.closeSeen) {
+			return
+		}
+		n, err := m.tr.ReadBatch(a.rbytes, a.sizes, a.srcs)
+		a.readErr(err)
+		a.nread = n
+		return
+	}
 	m.q.parked.Store(true)
 	if (m.q.pub.Len() > 0 && !a.protoFull) || a.stopped() || (m.closing.Load() && !a.closeSeen) {
 		m.q.parked.Store(false)
@@ -344,7 +373,7 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	if p == nil {
 		// Not in a view (joining, or excluded and rejoining): messages
 		// wait in the ring.
-		a.queueGMS()
+		a.queueGMS(&a.rw)
 		deadline = g.NextDeadline()
 		if m.closing.Load() {
 			finished = a.left || g.Status() == gms.StatusIdle
@@ -352,8 +381,14 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 		return work, deadline, finished
 	}
 
-	// 2. Send: the ring's committed messages, then flush when idle.
-	work += a.drainSend(now)
+	// 2. Send: the ring's committed messages, then flush when idle (the
+	// sender goroutine's duty with ThreadingDedicated; it waits for room
+	// when the protocol refused, and this iteration may have made some).
+	if !a.dedicated {
+		work += a.drainSend(now)
+	} else if a.protoFull {
+		a.signalSender()
+	}
 
 	// 3. Timers (not counted as work: a timer alone does not warrant the
 	// yield burst before blocking).
@@ -376,13 +411,10 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	}
 
 	// 5. Outbox to the write batch.
-	for _, o := range p.Outbox() {
-		a.queue(o.To, o.Buf)
-	}
-	p.ClearOutbox()
+	a.takeOutbox(&a.rw)
 	if g != nil {
 		a.checkSuspicions(now)
-		a.queueGMS()
+		a.queueGMS(&a.rw)
 	}
 
 	if now >= a.lagCheckAt {
@@ -416,7 +448,7 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 				finished = true
 			}
 			finished = finished || a.left
-			a.queueGMS()
+			a.queueGMS(&a.rw)
 			deadline = min(deadline, g.NextDeadline())
 		}
 	} else if closing && a.pendI == a.pendN && m.q.pub.Len() == 0 && !a.unflushed {
@@ -665,7 +697,7 @@ func (a *agent) takeTokens(n int, now time.Duration) bool {
 // destination through the addresses learned from received datagrams; an
 // unknown member is reached through the group (every member decodes it and
 // the protocol ignores what is not for it).
-func (a *agent) queue(to digest.Member, b *wire.Buffer) {
+func (a *agent) queue(w *wbatch, to digest.Member, b *wire.Buffer) {
 	var dst netip.AddrPort
 	if !to.IsZero() {
 		var ok bool
@@ -673,9 +705,32 @@ func (a *agent) queue(to digest.Member, b *wire.Buffer) {
 			a.m.ctr.unicastViaGroup.Add(1)
 		}
 	}
-	a.wq = append(a.wq, b)
-	a.wb = append(a.wb, b.Bytes())
-	a.wdsts = append(a.wdsts, dst)
+	w.q = append(w.q, b)
+	w.b = append(w.b, b.Bytes())
+	w.dsts = append(w.dsts, dst)
+}
+
+// takeOutbox moves the protocol's outbox into w (under the lock).
+func (a *agent) takeOutbox(w *wbatch) {
+	p := a.m.proto
+	for _, o := range p.Outbox() {
+		a.queue(w, o.To, o.Buf)
+	}
+	p.ClearOutbox()
+}
+
+// wbatch is one goroutine's batch of datagrams to write (q[i] is nil for a
+// gms datagram, whose bytes gms owns).
+type wbatch struct {
+	q    []*wire.Buffer
+	b    [][]byte
+	dsts []netip.AddrPort
+}
+
+func (w *wbatch) init(n int) {
+	w.q = make([]*wire.Buffer, 0, n)
+	w.b = make([][]byte, 0, n)
+	w.dsts = make([]netip.AddrPort, 0, n)
 }
 
 // afterGMS acts on what a gms entry point asked of the engine: a rejoin
@@ -693,7 +748,7 @@ func (a *agent) afterGMS(now time.Duration) {
 // group, unicasts to the peer's unicast address. An address that does not
 // parse, or that the transport's safety rules would refuse (which would
 // fail the whole batch), is dropped and counted.
-func (a *agent) queueGMS() {
+func (a *agent) queueGMS(w *wbatch) {
 	m := a.m
 	for _, o := range m.g.Outbox() {
 		var dst netip.AddrPort
@@ -712,9 +767,9 @@ func (a *agent) queueGMS() {
 				a.gaddrs[o.To.Addr], dst = d, d
 			}
 		}
-		a.wq = append(a.wq, nil)
-		a.wb = append(a.wb, o.Data)
-		a.wdsts = append(a.wdsts, dst)
+		w.q = append(w.q, nil)
+		w.b = append(w.b, o.Data)
+		w.dsts = append(w.dsts, dst)
 	}
 	m.g.ClearOutbox()
 }
@@ -726,28 +781,130 @@ func (a *agent) unicastOK(d netip.AddrPort) bool {
 		(ad.IsLoopback() || a.m.cfg.AllowNonLoopback)
 }
 
-// write sends the write batch (outside the lock) and releases the buffers.
-func (a *agent) write() {
-	if len(a.wq) == 0 {
+// write sends w (outside the protocol lock) and releases its buffers. With
+// ThreadingDedicated both goroutines write; the transport's write state is
+// not shared between calls, so they take turns on m.wmu.
+func (a *agent) write(w *wbatch) {
+	if len(w.q) == 0 {
 		return
 	}
 	m := a.m
-	n, err := m.tr.WriteBatch(a.wb, a.wdsts)
+	if a.dedicated {
+		m.wmu.Lock()
+	}
+	n, err := m.tr.WriteBatch(w.b, w.dsts)
+	if a.dedicated {
+		m.wmu.Unlock()
+	}
 	m.ctr.datagramsOut.Add(uint64(n))
 	if err != nil && !errors.Is(err, transport.ErrClosed) {
 		m.ctr.socketErrors.Add(1)
-		m.ctr.dropSendFailed.Add(uint64(len(a.wq) - n))
+		m.ctr.dropSendFailed.Add(uint64(len(w.q) - n))
 		m.log.rateLimited("write", err)
 	}
-	for i, b := range a.wq {
+	for i, b := range w.q {
 		if b != nil {
 			b.Release()
 		}
-		a.wq[i] = nil
-		a.wb[i] = nil
+		w.q[i] = nil
+		w.b[i] = nil
 	}
-	a.wq, a.wb, a.wdsts = a.wq[:0], a.wb[:0], a.wdsts[:0]
+	w.q, w.b, w.dsts = w.q[:0], w.b[:0], w.dsts[:0]
 }
+
+// signalSender wakes the sender goroutine (ThreadingDedicated) if it
+// waits; it never blocks.
+func (a *agent) signalSender() {
+	select {
+	case a.sendWake <- struct{}{}:
+	default:
+	}
+}
+
+// runSender is the sender goroutine of ThreadingDedicated: it hands the
+// publication ring's messages to the protocol (drainSend, under the lock),
+// writes the bundles it produced, and waits on sendWake when there is
+// nothing to do: producers signal it (through the send queue's parked
+// flag), the receiver goroutine does when the protocol refused for lack
+// of room and an iteration may have made some, and Close does. A held
+// bundle (BundleDelay) or a rate limit wakes it by a timer.
+func (a *agent) runSender() {
+	m := a.m
+	defer close(a.sendDone)
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		select {
+		case <-a.quit:
+			return
+		case <-m.stop:
+			return
+		default:
+		}
+		work, retry := a.sendIterate()
+		a.write(&a.sw)
+		if work > 0 {
+			continue
+		}
+		m.q.parked.Store(true)
+		if retry == 0 && m.q.pub.Len() > 0 {
+			// A producer committed after drainSend looked.
+			m.q.parked.Store(false)
+			continue
+		}
+		var tc <-chan time.Time
+		if retry > 0 {
+			t.Reset(retry)
+			tc = t.C
+		}
+		select {
+		case <-a.sendWake:
+		case <-tc:
+		case <-a.quit:
+		case <-m.stop:
+		}
+		m.q.parked.Store(false)
+		if tc != nil && !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+	}
+}
+
+// sendIterate is one sender-goroutine iteration under the lock. retry is
+// how long to wait at most before the next when it did nothing (0: until
+// signalled): the open bundle's BundleDelay, or a rate-limit hold.
+func (a *agent) sendIterate() (work int, retry time.Duration) {
+	m := a.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.proto
+	if p == nil {
+		return 0, 0 // not in a view: the receiver goroutine joins
+	}
+	now := m.now()
+	work = a.drainSend(now)
+	a.takeOutbox(&a.sw)
+	if work > 0 {
+		a.lastTraffic = now
+		return work, 0
+	}
+	if a.unflushed && m.cfg.BundleDelay > 0 {
+		retry = max(a.bundleAt+m.cfg.BundleDelay-now, time.Microsecond)
+	}
+	if held := a.pendI < a.pendN || m.q.pub.Len() > 0; held && !a.protoFull {
+		// The rate limit holds the ring (the protocol and flow control
+		// would have set protoFull and wait for a signal instead).
+		retry = rateLimitRetry
+	}
+	return 0, retry
+}
+
+// rateLimitRetry is how often a dedicated sender held by the rate limit
+// looks again.
+const rateLimitRetry = 200 * time.Microsecond
 
 // idleAfter is how long without traffic makes the agent idle, and
 // idleTick how often an idle agent wakes for periodic protocol timers.

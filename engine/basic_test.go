@@ -43,12 +43,17 @@ func TestExactDelivery(t *testing.T) {
 		big     bool
 		window  int
 		unicast bool
+		thr     Threading
 	}{
-		{"2 members lossless", 2, 2, 0, IdleBlock, false, 0, false},
-		{"3 members 5% loss", 3, 3, 0.05, IdleBlock, true, 0, false},
-		{"5 members 2 senders 5% loss small window", 5, 2, 0.05, IdleBlock, false, 1024, false},
-		{"3 members 5% loss yield", 3, 1, 0.05, IdleYield, true, 0, false},
-		{"4 members 5% loss unicast NAKs", 4, 2, 0.05, IdleBlock, false, 0, true},
+		{"2 members lossless", 2, 2, 0, IdleBlock, false, 0, false, ThreadingShared},
+		{"3 members 5% loss", 3, 3, 0.05, IdleBlock, true, 0, false, ThreadingShared},
+		{"5 members 2 senders 5% loss small window", 5, 2, 0.05, IdleBlock, false, 1024, false, ThreadingShared},
+		{"3 members 5% loss yield", 3, 1, 0.05, IdleYield, true, 0, false, ThreadingShared},
+		{"4 members 5% loss unicast NAKs", 4, 2, 0.05, IdleBlock, false, 0, true, ThreadingShared},
+		{"2 members lossless dedicated", 2, 2, 0, IdleBlock, false, 0, false, ThreadingDedicated},
+		{"3 members 5% loss dedicated", 3, 3, 0.05, IdleBlock, true, 0, false, ThreadingDedicated},
+		{"5 members 2 senders 5% loss small window dedicated", 5, 2, 0.05, IdleBlock, false, 1024, false, ThreadingDedicated},
+		{"3 members 5% loss yield dedicated", 3, 1, 0.05, IdleYield, true, 0, false, ThreadingDedicated},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,6 +70,7 @@ func TestExactDelivery(t *testing.T) {
 				c.Idle = tc.idle
 				c.Window = tc.window
 				c.UnicastNaks = tc.unicast
+				c.Threading = tc.thr
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()

@@ -98,7 +98,8 @@ func (c *counter) Deliver(digest.Member, uint64, []byte) {
 func (c *counter) Lost(digest.Member, uint64, uint64) {}
 
 // BenchmarkEngineLoopback measures one sender member to one receiver
-// member on loopback with 64 KB datagrams, for 64 B and 1 KiB messages:
+// member on loopback with 64 KB datagrams, for 64 B and 1 KiB messages
+// (shared-mode agents unless the name says dedicated):
 // b.N messages sent with Send, timed until the receiver delivered the last.
 // In the same run it measures the raw baseline (bench.RunRaw: the same
 // message size packed into the same datagram size, sendmmsg/recvmmsg and a
@@ -107,18 +108,21 @@ func BenchmarkEngineLoopback(b *testing.B) {
 	for _, size := range []int{64, 1024} {
 		for _, idle := range []engine.IdleStrategy{engine.IdleBlock, engine.IdleYield} {
 			b.Run(fmt.Sprintf("%dB/%v", size, idle), func(b *testing.B) {
-				benchLoopback(b, size, idle, 0)
+				benchLoopback(b, size, idle, 0, engine.ThreadingShared)
 			})
 		}
 		b.Run(fmt.Sprintf("%dB/block/loss5%%", size), func(b *testing.B) {
-			benchLoopback(b, size, engine.IdleBlock, 0.05)
+			benchLoopback(b, size, engine.IdleBlock, 0.05, engine.ThreadingShared)
+		})
+		b.Run(fmt.Sprintf("%dB/block/dedicated", size), func(b *testing.B) {
+			benchLoopback(b, size, engine.IdleBlock, 0, engine.ThreadingDedicated)
 		})
 	}
 }
 
 // benchLoopback runs one configuration; loss is injected at the receiver
 // only.
-func benchLoopback(b *testing.B, size int, idle engine.IdleStrategy, loss float64) {
+func benchLoopback(b *testing.B, size int, idle engine.IdleStrategy, loss float64, thr engine.Threading) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rawCPU0 := cpuTime()
@@ -131,6 +135,7 @@ func benchLoopback(b *testing.B, size int, idle engine.IdleStrategy, loss float6
 	ms := openBench(b, benchIDs(2), func(i int, c *engine.Config) {
 		c.Handler = cs[i]
 		c.Idle = idle
+		c.Threading = thr
 		if i == 1 {
 			c.LossRate = loss
 		}

@@ -39,6 +39,38 @@ func (s IdleStrategy) String() string {
 	return fmt.Sprintf("IdleStrategy(%d)", uint8(s))
 }
 
+// Threading is how the agent's duties are spread over goroutines.
+type Threading uint8
+
+// Threading modes.
+const (
+	// ThreadingShared runs sending and receiving on one goroutine (Aeron's
+	// shared mode): no lock hand-over between them, and on a machine with
+	// few cores (2 here) usually the faster choice. The default.
+	ThreadingShared Threading = iota
+	// ThreadingDedicated runs a sender goroutine (drains the publication
+	// ring, bundles, fragments, flushes, writes) beside the receiver
+	// goroutine (reads, decodes, inserts, detects gaps, fires timers,
+	// delivers in push mode, writes what that produces: repairs,
+	// STABLE, membership). They share the protocol under a lock, each
+	// holding it for one iteration, and each writes its own datagrams
+	// outside it: on a machine with cores to spare, a sender is no
+	// longer slowed by deliveries to its own handler, nor the receiver by
+	// bundling.
+	ThreadingDedicated
+)
+
+// String returns "shared" or "dedicated".
+func (t Threading) String() string {
+	switch t {
+	case ThreadingShared:
+		return "shared"
+	case ThreadingDedicated:
+		return "dedicated"
+	}
+	return fmt.Sprintf("Threading(%d)", uint8(t))
+}
+
 // Transport names accepted by Config.Transport.
 const (
 	TransportUDP = "udp"
@@ -252,8 +284,14 @@ type Config struct {
 	// PoolBytes bounds the bytes of outstanding datagram buffers (default
 	// 256 MiB); a receive when the pool is exhausted is a counted drop.
 	PoolBytes int64
-	// Idle is the agent's idle strategy (default IdleBlock).
+	// Idle is the agent's idle strategy (default IdleBlock). With
+	// ThreadingDedicated it is the receiver goroutine's; the sender
+	// goroutine waits for producers (or room) on a channel.
 	Idle IdleStrategy
+	// Threading runs the agent on one goroutine (ThreadingShared, the
+	// default) or on a sender and a receiver goroutine
+	// (ThreadingDedicated).
+	Threading Threading
 
 	// RateLimit caps the bytes per second of payload this member sends
 	// (0: unlimited).
@@ -497,6 +535,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if min := int64(4 * c.BatchSize * c.MaxDatagram); c.PoolBytes < min || c.PoolBytes > 1<<40 {
 		return bad("PoolBytes %d: want %d..%d (4 batches of MaxDatagram at least; 0 for the default %d)", c.PoolBytes, min, int64(1)<<40, DefaultPoolBytes)
+	}
+	if c.Threading > ThreadingDedicated {
+		return bad("Threading %v: want ThreadingShared or ThreadingDedicated", c.Threading)
 	}
 	if c.Idle > IdleSpin {
 		return bad("Idle %v: want IdleBlock, IdleYield or IdleSpin", c.Idle)

@@ -106,6 +106,7 @@ func TestConfigErrors(t *testing.T) {
 		{"DeliverBatch", func(c *Config) { c.DeliverBatch = -1 }},
 		{"PoolBytes", func(c *Config) { c.PoolBytes = 1000 }},
 		{"Idle", func(c *Config) { c.Idle = 9 }},
+		{"Threading", func(c *Config) { c.Threading = 7 }},
 		{"RateLimit", func(c *Config) { c.RateLimit = -1 }},
 		{"InFlightBytes", func(c *Config) { c.InFlightBytes = 100 }},
 		{"InFlightBytes", func(c *Config) { c.InFlightBytes = -2 }},

@@ -1,6 +1,7 @@
 // Package engine is nakcast's runtime and public API: it opens a member of a
 // multicast group over a batched transport (engine/transport), runs the
-// NAKACK protocol (nakack/) on one agent goroutine, and gives the
+// NAKACK protocol (nakack/) on one agent goroutine (or a sender and a
+// receiver goroutine: Config.Threading), and gives the
 // application Send/TrySend/TryClaim, push (Config.Handler) or pull (Poll)
 // delivery, events and statistics.
 //
@@ -57,11 +58,13 @@
 //
 // Publishing goroutines hand messages to the agent through a lock-free
 // multi-producer ring (ring.Publication) whose slots are 16 bytes (length
-// and an optional out-of-line buffer). Payloads up to Config.InlineSize
-// are copied into a byte arena of 2*RingCapacity fixed slots indexed by
-// seqno (twice the ring, so the agent can still read a polled batch while
+// and an optional out-of-line buffer). Payloads up to 128 bytes are copied
+// into a compact arena of 2*RingCapacity 128-byte slots indexed by seqno,
+// payloads up to Config.InlineSize into one of 2*RingCapacity InlineSize
+// slots (twice the ring, so the agent can still read a polled batch while
 // producers refill the ring); larger ones into buffers from per-size free
-// lists. Nothing is allocated per message.
+// lists. Nothing is allocated per message. The agent hands runs of polled
+// messages to the protocol in one call (nakack.SendBatch).
 //
 // One agent goroutine owns the protocol (Aeron's shared mode: sender and
 // receiver duties on one goroutine, often fastest on two cores). Each
@@ -76,10 +79,22 @@
 // the next timer (IdleBlock; producers wake it through a parked flag and a
 // past deadline), yields (IdleYield) or spins (IdleSpin).
 //
+// A sender busy streaming its own messages reads its sockets at most every
+// 20us after a read found them empty (an empty read is two system calls);
+// an agent that is not sending reads every iteration.
+//
+// With Config.Threading = ThreadingDedicated the duties split: a sender
+// goroutine drains the ring into the protocol and writes the bundles; the
+// receiver goroutine does the rest (reads, timers, push delivery, what
+// they produce). They take the protocol lock in turn, one iteration each,
+// and write through the transport in turn. Producers then wake the sender
+// goroutine (a channel), and the receiver wakes it when the protocol had
+// refused for lack of room and an iteration may have made some. On two
+// cores shared mode is usually faster (measured: see the README).
+//
 // The agent holds the protocol lock for one iteration's protocol work,
 // never during a system call; Poll holds it for one batch of deliveries;
-// Stats for a snapshot. Sender and receiver duties on separate goroutines
-// are not offered yet.
+// Stats for a snapshot.
 //
 // # Flow control
 //

@@ -244,6 +244,12 @@ func sendAll(t *testing.T, ctx context.Context, ms []*Member, recs []*recorder, 
 // loss (joins under loss too), every member delivers every message of
 // every sender exactly once and in order; no lost range.
 func TestExactDeliveryJoined(t *testing.T) {
+	for _, thr := range []Threading{ThreadingShared, ThreadingDedicated} {
+		t.Run(thr.String(), func(t *testing.T) { testExactDeliveryJoined(t, thr) })
+	}
+}
+
+func testExactDeliveryJoined(t *testing.T, thr Threading) {
 	perSender := 10000
 	if raceEnabled || testing.Short() {
 		perSender = 2000
@@ -254,6 +260,7 @@ func TestExactDeliveryJoined(t *testing.T) {
 		c.Handler = recs[i]
 		c.LossRate = 0.05
 		c.LossSeed = uint64(i + 1)
+		c.Threading = thr
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -51,6 +51,9 @@ type Member struct {
 	// work (never during a syscall), Poll holds it for one batch of
 	// deliveries, Stats for a snapshot.
 	mu sync.Mutex
+	// wmu serialises the transport's writes of the sender and receiver
+	// goroutines (ThreadingDedicated only).
+	wmu sync.Mutex
 
 	ag agent
 
@@ -131,7 +134,11 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 			"group_rcvbuf", m.info.GroupRecvBuffer, "unicast_rcvbuf", m.info.UnicastRecvBuffer, "sndbuf", m.info.SendBuffer,
 			"want", cfg.RecvBuffer)
 	}
-	m.q, err = newSendQueue(cfg.RingCapacity, cfg.InlineSize, m.wakeAgent)
+	wake := m.wakeAgent
+	if cfg.Threading == ThreadingDedicated {
+		wake = m.wakeSender
+	}
+	m.q, err = newSendQueue(cfg.RingCapacity, cfg.InlineSize, wake)
 	if err != nil {
 		tr.Close()
 		return nil, fmt.Errorf("open: %w", err)
@@ -410,6 +417,10 @@ func (m *Member) wakeAgent() {
 }
 
 var pastDeadline = time.Unix(1, 0)
+
+// wakeSender wakes the sender goroutine of ThreadingDedicated (producers'
+// wake-up when it is parked).
+func (m *Member) wakeSender() { m.ag.signalSender() }
 
 // coordStableInterval caps the coordinator's STABLE interval (see Open).
 const coordStableInterval = time.Millisecond

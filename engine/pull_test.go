@@ -136,10 +136,14 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under -race")
 	}
-	for _, size := range []int{64, 1024} {
-		t.Run(map[int]string{64: "64B", 1024: "1KiB"}[size], func(t *testing.T) {
+	for _, tc := range []struct {
+		size int
+		thr  Threading
+	}{{64, ThreadingShared}, {1024, ThreadingShared}, {64, ThreadingDedicated}, {1024, ThreadingDedicated}} {
+		size := tc.size
+		t.Run(map[int]string{64: "64B", 1024: "1KiB"}[size]+"/"+tc.thr.String(), func(t *testing.T) {
 			cs := []*counter{{}, {}}
-			ms := openGroup(t, 2, func(i int, c *Config) { c.Handler = cs[i] })
+			ms := openGroup(t, 2, func(i int, c *Config) { c.Handler = cs[i]; c.Threading = tc.thr })
 			payload := make([]byte, size)
 			const batch = 5000
 			sent := int64(0)

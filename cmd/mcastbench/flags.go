@@ -30,6 +30,7 @@ type engineFlags struct {
 	loss             float64
 	transport        string
 	idle             string
+	threading        string
 	bundleBytes      int
 	bundleDelay      time.Duration
 	datagram         int
@@ -48,6 +49,7 @@ func (f *engineFlags) register(fs *flag.FlagSet, members int, duration time.Dura
 	fs.Float64Var(&f.loss, "loss", 0, "fraction of datagrams dropped at each receiver (0 <= loss < 1)")
 	fs.StringVar(&f.transport, "transport", "udp", "transport: udp (xdp arrives with the AF_XDP backend)")
 	fs.StringVar(&f.idle, "idle", "block", "agent idle strategy: block, yield or spin")
+	fs.StringVar(&f.threading, "threading", "shared", "agent goroutines: shared (one) or dedicated (a sender and a receiver)")
 	fs.IntVar(&f.bundleBytes, "bundle-bytes", 0, "bundling limit in bytes (0: the datagram size)")
 	fs.DurationVar(&f.bundleDelay, "bundle-delay", 0, "longest a message waits in an open bundle (0: flush when the ring goes idle)")
 	fs.IntVar(&f.datagram, "datagram", 0, "largest datagram in bytes (0: the interface MTU less headers, 65507 on loopback)")
@@ -85,6 +87,9 @@ func (f *engineFlags) check() error {
 	if _, err := parseIdle(f.idle); err != nil {
 		return err
 	}
+	if _, err := parseThreading(f.threading); err != nil {
+		return err
+	}
 	if f.group != "" {
 		g, err := netip.ParseAddrPort(f.group)
 		if err != nil {
@@ -95,6 +100,16 @@ func (f *engineFlags) check() error {
 		}
 	}
 	return nil
+}
+
+func parseThreading(s string) (engine.Threading, error) {
+	switch s {
+	case "shared":
+		return engine.ThreadingShared, nil
+	case "dedicated":
+		return engine.ThreadingDedicated, nil
+	}
+	return 0, usagef("-threading %q: want shared or dedicated", s)
 }
 
 func parseIdle(s string) (engine.IdleStrategy, error) {
@@ -112,6 +127,7 @@ func parseIdle(s string) (engine.IdleStrategy, error) {
 // memberConfig is the template member config of the flags.
 func (f *engineFlags) memberConfig() bench.MemberConfig {
 	idle, _ := parseIdle(f.idle)
+	thr, _ := parseThreading(f.threading)
 	senders := make([]int, f.senders)
 	for i := range senders {
 		senders[i] = i
@@ -121,7 +137,7 @@ func (f *engineFlags) memberConfig() bench.MemberConfig {
 		g = netip.MustParseAddrPort(f.group)
 	}
 	return bench.MemberConfig{Members: f.members, Senders: senders, Group: g, Interface: f.iface,
-		MsgSize: f.size, Count: f.count, Duration: f.duration, Idle: idle, Transport: f.transport,
+		MsgSize: f.size, Count: f.count, Duration: f.duration, Idle: idle, Threading: thr, Transport: f.transport,
 		MaxDatagram: f.datagram, BundleBytes: f.bundleBytes, BundleDelay: f.bundleDelay, Window: f.window,
 		SampleEvery: sampleEvery(f.sample, f.size)}
 }
