@@ -96,11 +96,12 @@ const (
 	DefaultStableBytes    = 1 << 20
 	DefaultHeartbeat      = 500 * time.Millisecond
 	DefaultSuspectTimeout = 5 * time.Second
-	// DefaultProbeTimeout, DefaultLeaveTimeout and DefaultDiscoveryTimeout
-	// are dynamic membership's.
+	// DefaultProbeTimeout, DefaultLeaveTimeout, DefaultDiscoveryTimeout
+	// and DefaultDiscoveryRounds are dynamic membership's.
 	DefaultProbeTimeout     = 150 * time.Millisecond
 	DefaultLeaveTimeout     = 2 * time.Second
 	DefaultDiscoveryTimeout = 100 * time.Millisecond
+	DefaultDiscoveryRounds  = 3
 	DefaultDeliverBatch     = 1024
 	DefaultPoolBytes        = 256 << 20
 	DefaultInFlightBytes    = 8 << 20
@@ -185,12 +186,18 @@ type Config struct {
 	// (Member.LocalAddr of running members).
 	InitialHosts []netip.AddrPort
 	// DiscoveryTimeout is how long a joiner collects discovery answers
-	// before joining the coordinator they name, or founding a new group
-	// when nobody answered (default 100ms; 1ms..10s). Too short for the
-	// host's load and a joiner founds a group of its own beside the
-	// existing one (gms merges them once their coordinators hear each
-	// other's heartbeats).
+	// before joining the coordinator they name, or asking again when
+	// nobody answered (default 100ms; 1ms..10s). Too short for the
+	// host's load (answers later than DiscoveryRounds of it) and a joiner
+	// founds a group of its own beside the existing one (gms merges them
+	// once their coordinators hear each other's heartbeats).
 	DiscoveryTimeout time.Duration
+	// DiscoveryRounds is how many discovery rounds in a row must go
+	// unanswered before a joiner founds a new group (default 3; 1..100):
+	// an answer later than one DiscoveryTimeout still arrives in a later
+	// round. Members started together found one group: the smallest
+	// Self.ID founds, the others join it.
+	DiscoveryRounds int
 	// JoinAttempts bounds the join attempts (discovery rounds and
 	// JOIN_REQs) before Open gives up with ErrJoinFailed (default 0: keep
 	// trying until Open's context ends).
@@ -411,6 +418,9 @@ func (c Config) withDefaults() (Config, error) {
 		}
 		if c.JoinAttempts < 0 {
 			return bad("JoinAttempts %d: want 0 (until Open's context ends) or more", c.JoinAttempts)
+		}
+		if err := rng(&c.DiscoveryRounds, "DiscoveryRounds", DefaultDiscoveryRounds, 1, 100); err != nil {
+			return c, err
 		}
 		if c.FetchState && c.SetState == nil {
 			return bad("FetchState true: needs SetState")

@@ -75,6 +75,8 @@ func TestConfigErrors(t *testing.T) {
 		{"InitialHosts[0]", func(c *Config) { c.InitialHosts = []netip.AddrPort{netip.MustParseAddrPort("10.0.0.1:5000")} }},
 		{"InitialHosts[0]", func(c *Config) { c.InitialHosts = []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:0")} }},
 		{"JoinAttempts", func(c *Config) { c.JoinAttempts = -1 }},
+		{"DiscoveryRounds", func(c *Config) { c.DiscoveryRounds = -1 }},
+		{"DiscoveryRounds", func(c *Config) { c.DiscoveryRounds = 101 }},
 		{"ProbeTimeout", func(c *Config) { c.ProbeTimeout = -1 }},
 		{"LeaveTimeout", func(c *Config) { c.LeaveTimeout = time.Hour }},
 		{"DiscoveryTimeout", func(c *Config) { c.DiscoveryTimeout = time.Minute }},

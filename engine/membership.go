@@ -38,6 +38,7 @@ func (m *Member) newGMS() (*gms.GMS, error) {
 		InitialHosts:      hosts,
 		CreateGroup:       true,
 		DiscoveryTimeout:  cfg.DiscoveryTimeout,
+		DiscoveryRounds:   cfg.DiscoveryRounds,
 		MaxJoinAttempts:   cfg.JoinAttempts,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		SuspectTimeout:    cfg.SuspectTimeout,

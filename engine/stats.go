@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/engine/transport"
@@ -77,6 +78,24 @@ type Drops struct {
 // repaired or for the application to consume them.
 type SenderWindow = digest.Entry
 
+// PeerLag is how far another member of the view has delivered this
+// member's own messages, as far as this member knows (nakack.PeerLag):
+// Delivered is a lower bound and Lag = Sent - Delivered an upper bound.
+// On the coordinator each member's figure comes from that member's own
+// STABLE report (Reported); on the other members only the group's stable
+// point is known (the minimum over all members, the same for each). Age is
+// how old the figure is: members report every StableInterval (and every
+// StableBytes received), the stable point moves once every report of a
+// round is in, so Age is at least about StableInterval and grows while
+// some member is silent; -1 when nothing is known yet.
+type PeerLag struct {
+	Member    digest.Member
+	Delivered uint64
+	Lag       uint64
+	Age       time.Duration
+	Reported  bool
+}
+
 // Stats is a snapshot of a member's counters. The top-level fields are the
 // common ones; Protocol has every protocol counter.
 type Stats struct {
@@ -122,6 +141,13 @@ type Stats struct {
 	Members []digest.Member
 	// Senders is the window of every sender this member knows.
 	Senders []SenderWindow
+	// Peers is the lag of every other member of the view behind this
+	// member's own messages (empty while not in a view).
+	Peers []PeerLag
+	// Repair is the repair latency (gap detected to filled, per gap
+	// episode; see nakack.RepairStats) of the current incarnation; the
+	// same as Protocol.Repair.
+	Repair nakack.RepairStats
 	// Protocol, Membership, Pool and Transport are the layers' own
 	// counters (Protocol: the current incarnation's; Membership: zero with
 	// static membership).
@@ -138,6 +164,8 @@ func (m *Member) Stats() Stats {
 	var ps nakack.Stats
 	var d digest.Digest
 	var view nakack.View
+	var lags []nakack.PeerLag
+	now := m.now()
 	p := m.proto
 	if p == nil {
 		p = m.lastProto
@@ -147,6 +175,7 @@ func (m *Member) Stats() Stats {
 		d = p.Digest()
 		if m.proto != nil {
 			view = p.View()
+			lags = p.AppendPeerLags(nil)
 		}
 	}
 	var gs gms.Stats
@@ -196,6 +225,7 @@ func (m *Member) Stats() Stats {
 			NotJoined:    m.ctr.dropNotJoined.Load(),
 			BadAddress:   m.ctr.dropBadAddress.Load(),
 		},
+		Repair:    ps.Repair,
 		Protocol:  ps,
 		Pool:      m.pool.Stats(),
 		Transport: m.info,
@@ -203,6 +233,13 @@ func (m *Member) Stats() Stats {
 	s.Senders = make([]SenderWindow, d.Len())
 	for i := range s.Senders {
 		s.Senders[i] = d.At(i)
+	}
+	s.Peers = make([]PeerLag, len(lags))
+	for i, l := range lags {
+		s.Peers[i] = PeerLag{Member: l.Member, Delivered: l.Delivered, Lag: l.Lag, Age: -1, Reported: l.Reported}
+		if l.At > 0 {
+			s.Peers[i].Age = max(now-l.At, 0)
+		}
 	}
 	return s
 }

@@ -32,9 +32,13 @@
 // JOIN_REQ with a new incarnation each time, and retries with exponential
 // backoff until a valid JoinRsp arrives or Config.MaxJoinAttempts is spent
 // (ErrJoinFailed). A JoinRsp for any incarnation of the current join attempt
-// is accepted, so a lost JoinRsp does not cost a whole view change. If nobody
-// answers discovery and Config.CreateGroup is set, the member founds a
-// singleton group.
+// is accepted, so a lost JoinRsp does not cost a whole view change. If
+// nobody answers Config.DiscoveryRounds discovery rounds in a row and
+// Config.CreateGroup is set, the member founds a singleton group (an answer
+// slower than one round still arrives in a later one). Joiners started
+// together hear each other's discovery requests: only the one with the
+// smallest id founds, the others keep discovering and join it (a joiner
+// that missed the others' requests founds too, and the groups merge).
 //
 // The coordinator handles one view change at a time and batches every queued
 // join, leave and exclusion into it. For joins it captures the digest through

@@ -17,6 +17,11 @@ type joinState struct {
 	incs        []uint32 // incarnations used by this join: a JoinRsp for any is accepted
 	answers     []Peer   // coordinators named by discovery answers
 	counters    []uint64 // and the view counters they gave
+	empty       int      // discovery rounds in a row that got no answer
+	// deferUntil: a concurrent joiner with a smaller id that would found a
+	// group too was heard; we do not found before this time (see
+	// onDiscovery).
+	deferUntil time.Duration
 }
 
 // Join starts joining the group: discovery, then JOIN_REQ until a valid
@@ -37,7 +42,10 @@ func (g *GMS) startDiscovery(now time.Duration) {
 	g.join.answers = g.join.answers[:0]
 	g.join.counters = g.join.counters[:0]
 	g.join.deadline = now + g.cfg.DiscoveryTimeout
-	m := &msg{typ: typeDiscovery, kind: 0}
+	m := &msg{typ: typeDiscovery, kind: 0, b: uint64(g.cfg.DiscoveryTimeout)}
+	if g.cfg.CreateGroup {
+		m.a = 1
+	}
 	m.withAddr(g.cfg.Addr)
 	if len(g.cfg.InitialHosts) == 0 {
 		g.multicast(m)
@@ -50,11 +58,28 @@ func (g *GMS) startDiscovery(now time.Duration) {
 	}
 }
 
-// onDiscovery answers a joiner (kind 0) with our coordinator, or records an
-// answer (kind 1) while discovering.
+// onDiscovery answers a joiner's request (kind 0) with our coordinator, or
+// records an answer (kind 1) while discovering.
+//
+// A request carries a = 1 when its sender would found a group if nobody
+// answers (Config.CreateGroup) and b = its DiscoveryTimeout. A joiner that
+// hears such a request from a concurrent joiner with a smaller id leaves
+// the founding to it: it does not found until that joiner's round plus two
+// of its own have passed since the request (by then the other has founded
+// and answers our next request), so members started together form one
+// group instead of founding one each and merging. The smallest id never
+// defers; every other joiner defers only while it hears it.
 func (g *GMS) onDiscovery(m *msg, now time.Duration) {
 	switch m.kind {
 	case 0:
+		if g.status == StatusJoining && g.cfg.CreateGroup && m.a == 1 && m.sender.ID < g.cfg.ID {
+			wait := time.Duration(min(m.b, uint64(time.Minute)))
+			if wait <= 0 {
+				wait = g.cfg.DiscoveryTimeout
+			}
+			g.join.deferUntil = max(g.join.deferUntil, now+wait+2*g.cfg.DiscoveryTimeout)
+			return
+		}
 		if g.status != StatusMember || m.addr == "" {
 			return
 		}
@@ -97,8 +122,16 @@ func (g *GMS) tickJoin(now time.Duration) {
 		g.join.discovering = false
 		coord, ok := g.pickCoordinator()
 		if !ok {
+			g.join.empty++
 			if g.cfg.CreateGroup {
-				g.found(now)
+				// Found only after DiscoveryRounds unanswered rounds in a
+				// row, and not while a concurrent joiner with a smaller id
+				// is about to found. These rounds are not join attempts.
+				if g.join.empty >= g.cfg.DiscoveryRounds && now >= g.join.deferUntil {
+					g.found(now)
+					return
+				}
+				g.startDiscovery(now)
 				return
 			}
 			g.join.attempt++
@@ -109,6 +142,7 @@ func (g *GMS) tickJoin(now time.Duration) {
 			g.startDiscovery(now)
 			return
 		}
+		g.join.empty = 0
 		g.join.coord = coord
 		g.sendJoinReq(now)
 		return

@@ -180,6 +180,10 @@ func TestSenderCrashSamePrefix(t *testing.T) {
 	lostSeen := 0
 	for seed := range uint64(seeds(200, 16)) {
 		h := newRHarness(t, seed, lossyNet(seed, 0.2))
+		// The founder founds after one discovery round, as when these
+		// seeds were chosen: with three rounds (the default) the first 200
+		// seeds no longer make a cut with lost ranges (6 of 800 do).
+		h.tweak = func(c *Config) { c.DiscoveryRounds = 1 }
 		a, b, c, d := h.add(1), h.add(2), h.add(3), h.add(4)
 		all := []*realNode{a, b, c, d}
 		h.join(0, a)

@@ -243,10 +243,19 @@ type Config struct {
 	// InitialHosts, if set, replaces multicast discovery: Discovery is
 	// unicast to these addresses.
 	InitialHosts []string
-	// CreateGroup founds a singleton group when discovery finds nobody.
+	// CreateGroup founds a singleton group when discovery finds nobody
+	// for DiscoveryRounds rounds in a row.
 	CreateGroup bool
-	// DiscoveryTimeout is how long discovery collects answers (default 50ms).
+	// DiscoveryTimeout is how long one discovery round collects answers
+	// (default 50ms).
 	DiscoveryTimeout time.Duration
+	// DiscoveryRounds is how many discovery rounds in a row must go
+	// unanswered before a CreateGroup member founds a group (default 3).
+	// Each round multicasts a new request; an answer accepted in any round
+	// ends discovery, so an answer slower than one DiscoveryTimeout (but
+	// faster than DiscoveryRounds of them) leads to a join, not to a second
+	// group merged later.
+	DiscoveryRounds int
 	// JoinTimeout is the wait for a JoinRsp after the first JOIN_REQ
 	// (default 100ms); it doubles per attempt up to JoinBackoffMax
 	// (default 2s), with up to 25% random jitter.
@@ -310,6 +319,9 @@ func (c *Config) defaults() error {
 	def(&c.StateTimeout, 2*time.Second)
 	if c.DigestRetries <= 0 {
 		c.DigestRetries = 3
+	}
+	if c.DiscoveryRounds <= 0 {
+		c.DiscoveryRounds = 3
 	}
 	if c.StateChunk <= 0 {
 		c.StateChunk = 8 << 10

@@ -9,6 +9,7 @@ package prom
 
 import (
 	"github.com/nakcast/nakcast/engine"
+	"github.com/nakcast/nakcast/nakack"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -21,6 +22,9 @@ type Collector struct {
 	drops   *prometheus.Desc
 	window  *prometheus.Desc
 	pool    *prometheus.Desc
+	repair  *prometheus.Desc
+	lag     *prometheus.Desc
+	lagAge  *prometheus.Desc
 }
 
 type metric struct {
@@ -66,9 +70,15 @@ func New(m *engine.Member, constLabels prometheus.Labels) *Collector {
 	counter("socket_errors_total", "Socket read/write errors.", func(s *engine.Stats) uint64 { return s.SocketErrors })
 	counter("lagging_episodes_total", "Times the application's backlog passed half the window.", func(s *engine.Stats) uint64 { return s.LaggingEpisodes })
 	gauge("backlog_messages", "Largest per-sender count of messages received but not delivered.", func(s *engine.Stats) float64 { return float64(s.Backlog) })
+	gauge("repair_latency_max_seconds", "Longest repair episode (gap detected to filled) of the current incarnation.", func(s *engine.Stats) float64 { return s.Repair.Max.Seconds() })
 	c.drops = prometheus.NewDesc("nakcast_drops_total", "Dropped datagrams or messages by reason.", []string{"reason"}, l)
 	c.window = prometheus.NewDesc("nakcast_sender_window_seqno", "Per-sender window: low (stable), delivered, received.", []string{"sender", "point"}, l)
 	c.pool = prometheus.NewDesc("nakcast_buffer_pool_outstanding_bytes", "Bytes of datagram buffers held (receive windows, retention, outbox).", nil, l)
+	c.repair = prometheus.NewDesc("nakcast_repair_latency_seconds",
+		"Repair latency per gap episode of a sender: gap detected to nothing missing (current incarnation).", nil, l)
+	c.lag = prometheus.NewDesc("nakcast_peer_lag_messages",
+		"Own messages a peer is not known to have delivered (upper bound; exact per peer only on the coordinator).", []string{"peer"}, l)
+	c.lagAge = prometheus.NewDesc("nakcast_peer_lag_age_seconds", "Age of the peer lag figure.", []string{"peer"}, l)
 	return c
 }
 
@@ -80,6 +90,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.drops
 	ch <- c.window
 	ch <- c.pool
+	ch <- c.repair
+	ch <- c.lag
+	ch <- c.lagAge
 }
 
 // Collect implements prometheus.Collector: one Stats snapshot per scrape.
@@ -106,4 +119,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.window, prometheus.GaugeValue, float64(w.Received), id, "received")
 	}
 	ch <- prometheus.MustNewConstMetric(c.pool, prometheus.GaugeValue, float64(s.Pool.Outstanding))
+	r := s.Repair
+	buckets := make(map[float64]uint64, nakack.RepairBuckets-1)
+	var cum uint64
+	for i := 0; i < nakack.RepairBuckets-1; i++ {
+		cum += r.Buckets[i]
+		buckets[nakack.RepairBucketBound(i).Seconds()] = cum
+	}
+	ch <- prometheus.MustNewConstHistogram(c.repair, r.Count, r.Sum.Seconds(), buckets)
+	for _, p := range s.Peers {
+		id := p.Member.String()
+		ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, float64(p.Lag), id)
+		if p.Age >= 0 {
+			ch <- prometheus.MustNewConstMetric(c.lagAge, prometheus.GaugeValue, p.Age.Seconds(), id)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/engine"
+	"github.com/nakcast/nakcast/nakack"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
@@ -41,5 +42,77 @@ func TestCollector(t *testing.T) {
 		}
 		require.True(t, time.Now().Before(deadline), "counters %v", byName)
 		time.Sleep(time.Millisecond) // polling the agent's progress, bounded
+	}
+}
+
+// TestCollectorRepairAndLag: the repair latency histogram and the peer lag
+// gauges are exported (a static view of two, the collector on the
+// coordinator, which sends).
+func TestCollectorRepairAndLag(t *testing.T) {
+	g := netip.AddrPortFrom(netip.AddrFrom4([4]byte{239, 79, byte(rand.IntN(256)), 2}), uint16(20000+rand.IntN(40000)))
+	base := rand.Uint64() &^ 0xff
+	ids := []digest.Member{{ID: base + 1, Inc: 1}, {ID: base + 2, Inc: 1}}
+	nop := engine.HandlerFunc(func(digest.Member, uint64, []byte) {})
+	var ms []*engine.Member
+	for _, id := range ids {
+		m, err := engine.Open(context.Background(), engine.Config{Group: g, Self: id, Members: ids, Handler: nop})
+		require.NoError(t, err)
+		ms = append(ms, m)
+	}
+	defer func() {
+		// Both at once: a static member's Close drains until the other's
+		// deliveries are stable.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		errs := make(chan error, len(ms))
+		for _, m := range ms {
+			go func() { errs <- m.Close(ctx) }()
+		}
+		for range ms {
+			require.NoError(t, <-errs)
+		}
+	}()
+	for range 10 {
+		require.NoError(t, ms[0].Send(context.Background(), []byte("x")))
+	}
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(New(ms[0], nil)))
+	peer := ids[1].String()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		var hist bool
+		lag, age := -1.0, -1.0
+		for _, mf := range mfs {
+			for _, mt := range mf.GetMetric() {
+				switch mf.GetName() {
+				case "nakcast_repair_latency_seconds":
+					h := mt.GetHistogram()
+					require.NotNil(t, h)
+					require.Len(t, h.GetBucket(), nakack.RepairBuckets-1)
+					require.InDelta(t, 0.001, h.GetBucket()[0].GetUpperBound(), 1e-12)
+					hist = true
+				case "nakcast_peer_lag_messages", "nakcast_peer_lag_age_seconds":
+					require.Len(t, mt.GetLabel(), 2) // member, peer
+					for _, lp := range mt.GetLabel() {
+						if lp.GetName() == "peer" {
+							require.Equal(t, peer, lp.GetValue())
+						}
+					}
+					if mf.GetName() == "nakcast_peer_lag_messages" {
+						lag = mt.GetGauge().GetValue()
+					} else {
+						age = mt.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		require.True(t, hist, "repair latency histogram")
+		if lag == 0 && age >= 0 {
+			break // the peer reported delivering all 10
+		}
+		require.True(t, time.Now().Before(deadline), "peer lag %v, age %v", lag, age)
+		time.Sleep(time.Millisecond) // polling the agents' progress, bounded
 	}
 }

@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestStatsRepairAndPeerLag: with loss at the receiver, its Stats show
+// repair episodes (count, sum, max, histogram agreeing); the sender, which
+// coordinates the static view, shows the receiver's lag from the
+// receiver's own reports, back to 0 once it delivered everything; the
+// receiver shows the sender's lag behind its (unsent) messages as 0.
+func TestStatsRepairAndPeerLag(t *testing.T) {
+	const n = 3000
+	rec := newRecorder(n)
+	ms := openGroup(t, 2, func(i int, c *Config) {
+		if i == 1 {
+			c.Handler = rec
+			c.LossRate = 0.05
+			c.LossSeed = 3
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range n {
+		require.NoError(t, ms[0].Send(ctx, payloadOf(0, i, 100+i%900)))
+	}
+	select {
+	case <-rec.cond:
+	case <-ctx.Done():
+		t.Fatalf("receiver got %d of %d", rec.total, n)
+	}
+
+	r := ms[1].Stats()
+	require.Positive(t, r.Drops.Injected)
+	rs := r.Repair
+	require.Equal(t, r.Protocol.Repair, rs)
+	require.Positive(t, rs.Count, "lost datagrams were repaired")
+	require.Positive(t, rs.Max)
+	require.GreaterOrEqual(t, rs.Sum, rs.Max)
+	require.LessOrEqual(t, rs.Mean(), rs.Max)
+	var inBuckets uint64
+	for _, k := range rs.Buckets {
+		inBuckets += k
+	}
+	require.Equal(t, rs.Count, inBuckets)
+	require.Zero(t, ms[0].Stats().Repair.Count, "the sender had nothing to repair")
+	t.Logf("receiver: %d datagrams dropped, %d repair episodes, mean %v, max %v, buckets %v",
+		r.Drops.Injected, rs.Count, rs.Mean(), rs.Max, rs.Buckets)
+
+	// The coordinator (member 0) has member 1's own report; it reaches 0
+	// lag once member 1's STABLE after its last delivery arrived.
+	var s Stats
+	require.NoError(t, pollUntil(ctx, func() bool {
+		s = ms[0].Stats()
+		return len(s.Peers) == 1 && s.Peers[0].Lag == 0
+	}), "peers %+v", s.Peers)
+	p := s.Peers[0]
+	require.Equal(t, ms[1].Self(), p.Member)
+	require.True(t, p.Reported)
+	require.Equal(t, uint64(n), p.Delivered)
+	require.Equal(t, uint64(n), s.Sent)
+	require.GreaterOrEqual(t, p.Age, time.Duration(0))
+	require.Less(t, p.Age, 10*time.Second)
+
+	// Member 1 does not coordinate and sent nothing: lag 0, nothing learnt.
+	r = ms[1].Stats()
+	require.Len(t, r.Peers, 1)
+	require.Equal(t, PeerLag{Member: ms[0].Self(), Age: -1}, r.Peers[0])
+}
