@@ -70,16 +70,13 @@ type agent struct {
 	tokensAt    time.Duration
 
 	// membership (dynamic membership only)
-	started    atomic.Bool // the goroutine was started
-	viewSize   int
-	inTick     bool // inside gms Tick (see Member.newProtocol)
-	rejoin     bool // excluded: join again after this entry point
-	left       bool // gms reported Left
-	leaveSent  bool // Close's graceful leave started
-	heardAt    map[digest.Member]time.Duration
-	suspected  map[digest.Member]bool
-	suspicions uint64                    // gms's count already reported
-	gaddrs     map[string]netip.AddrPort // parsed gms peer addresses
+	started   atomic.Bool // the goroutine was started
+	viewSize  int
+	inTick    bool                      // inside gms Tick (see Member.newProtocol)
+	rejoin    bool                      // excluded: join again after this entry point
+	left      bool                      // gms reported Left
+	leaveSent bool                      // Close's graceful leave started
+	gaddrs    map[string]netip.AddrPort // parsed gms peer addresses
 
 	// write side: the receiver's (or shared agent's) batch and, with
 	// ThreadingDedicated, the sender goroutine's
@@ -132,8 +129,6 @@ func (a *agent) init(m *Member) {
 	a.loss = newLossRNG(m.cfg.LossSeed, m.cfg.Self)
 	a.addrs = make(map[digest.Member]netip.AddrPort, len(m.cfg.Members))
 	a.addrs[m.cfg.Self] = m.tr.LocalAddr()
-	a.heardAt = make(map[digest.Member]time.Duration)
-	a.suspected = make(map[digest.Member]bool)
 	a.gaddrs = make(map[string]netip.AddrPort)
 	a.group = m.cfg.GroupID
 	a.small = m.cfg.MaxDatagram / 8
@@ -413,7 +408,6 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	// 5. Outbox to the write batch.
 	a.takeOutbox(&a.rw)
 	if g != nil {
-		a.checkSuspicions(now)
 		a.queueGMS(&a.rw)
 	}
 
@@ -500,7 +494,6 @@ func (a *agent) receiveOne(i int, now time.Duration) {
 	if m.g != nil {
 		if gms.IsMembership(h.Type) {
 			// gms copies what it keeps: the buffer stays in its slot.
-			a.heard(h.Sender, now)
 			m.ctr.membershipIn.Add(1)
 			if err := m.g.Receive(b.B[:n], now); err != nil {
 				m.ctr.dropMalformed.Add(1)

@@ -262,9 +262,3 @@ func (m *Member) View() (digest.ViewID, []digest.Member) {
 	}
 	return m.view.ID, m.view.IDs()
 }
-
-// heard and checkSuspicions are left for the agent's calls (gms names
-// suspects through Listener.Suspected): they go with those calls.
-func (a *agent) heard(digest.Member, time.Duration) {}
-
-func (a *agent) checkSuspicions(time.Duration) {}
