@@ -68,8 +68,22 @@ type Config struct {
 	// NakJitter is the spread of the random backoff added to every request
 	// timer (truncated exponential over [0, NakJitter), skewed late so that
 	// few of many receivers fire first). Should be several network latencies
-	// for suppression to work in large groups. Default 4ms.
+	// for suppression to work in large groups. Default 4ms. It is scaled
+	// to the view (see NakJitterPeers): the spread actually used is
+	// NakJitter * min(1, (n-2)/NakJitterPeers) in a view of n members.
 	NakJitter time.Duration
+	// NakJitterPeers is the number of other receivers (view size - 2: all
+	// but the sender and this member) from which the whole NakJitter
+	// applies. The jitter only exists so that one receiver's request
+	// suppresses the others' (SRM, Aeron's group-size-dependent NAK delay):
+	// with fewer peers there are fewer requests to save, and with a single
+	// receiver (a view of two) none, so the jitter shrinks in proportion and
+	// a lone receiver requests right after NakDelay. Default 2: no jitter
+	// in a view of 2, half of it in a view of 3, all of it from 4 members
+	// on (gms's 4-member scenarios keep their timing: with 8, their faster
+	// repairs left no seed exercising the lost-range path of a crashed
+	// sender's cut). Negative: always the whole NakJitter.
+	NakJitterPeers int
 	// NakInterval is the first retry interval after a request (or after
 	// seeing another member's request); it doubles while the gap stays open.
 	// Should exceed a round trip. Default 20ms.
@@ -102,7 +116,9 @@ type Config struct {
 	// StableInterval is the period of STABLE digests. Default 200ms.
 	StableInterval time.Duration
 	// StableBytes sends a STABLE early once this many data bytes were
-	// received since the last one. Default 4 MiB.
+	// received since the last one, counting a second time the messages a
+	// datagram filling a gap releases for delivery (such a STABLE waits
+	// for their delivery: see the package doc, "Stability"). Default 4 MiB.
 	StableBytes int64
 
 	// HighestInterval is how long a sender stays idle before announcing its
@@ -156,6 +172,7 @@ func (c *Config) setDefaults() error {
 	def(&c.RepairBudget, 65536)
 	def(&c.PendingMax, 64)
 	def(&c.HistorySize, 32)
+	def(&c.NakJitterPeers, 2)
 	defd(&c.NakDelay, 2*time.Millisecond)
 	defd(&c.NakJitter, 4*time.Millisecond)
 	defd(&c.NakInterval, 20*time.Millisecond)

@@ -77,7 +77,11 @@
 // never requested yet are asked for after Config.NakDelay (reordering
 // settles) plus a random backoff drawn over Config.NakJitter (truncated
 // exponential, skewed late, so in a large group few receivers fire before
-// the first request reaches the others); gaps already requested are retried
+// the first request reaches the others). The jitter only serves
+// suppression, so it scales with the view: none in a view of two (a lone
+// receiver asks right after NakDelay), NakJitter*(n-2)/NakJitterPeers in a
+// view of n members, all of it from NakJitterPeers other receivers on
+// (default 2: from 4 members); gaps already requested are retried
 // with exponential backoff from Config.NakInterval up to
 // Config.NakMaxInterval, restarted when the oldest gap is filled. Requests
 // are multicast unless Config.UnicastNaks; a member that sees another
@@ -123,7 +127,13 @@
 //
 // Members send STABLE (their delivered digest, view-tagged) to the
 // coordinator (first member of the view) every Config.StableInterval and after
-// Config.StableBytes of data received. The coordinator folds each into a
+// Config.StableBytes of data received, or released: a datagram that fills a
+// gap counts again the messages it releases for delivery, and a STABLE made
+// due waits (at most StableInterval/8) until what the member holds
+// contiguously of that sender is delivered, so it reports what a repair
+// released rather than the point before it: a sender whose window filled
+// during the gap gets its credit one STABLE trip after the repair, not at
+// the next StableInterval. The coordinator folds each into a
 // per-round minimum and, once every member of the view reported, multicasts
 // STABILITY; members purge only on STABILITY from their current view's
 // coordinator, and a sender that some member's digest lacks is never purged.

@@ -146,7 +146,7 @@ func (p *Protocol) suppress(s *sender, req *wire.XmitReq, now time.Duration) {
 		}
 		// What was just requested is retried one interval from now, also
 		// when the backoff of older gaps grew far beyond it.
-		if s.oldAt == NoDeadline || s.oldAt > now+p.cfg.NakInterval+p.cfg.NakJitter {
+		if s.oldAt == NoDeadline || s.oldAt > now+p.cfg.NakInterval+p.nakJitter {
 			s.oldAt = now + p.cfg.NakInterval + p.jitter()
 		}
 		if !s.hasGapAbove(s.reqTo) {

@@ -216,6 +216,8 @@ type Protocol struct {
 	viewPos  map[digest.Member]int
 	lambda   float64 // truncated-exponential backoff shape for the view size
 	expm1Lam float64
+	// nakJitter is NakJitter scaled to the view size (NakJitterPeers).
+	nakJitter time.Duration
 
 	senders map[digest.Member]*sender
 	order   []*sender // deterministic iteration: own first
@@ -244,11 +246,17 @@ type Protocol struct {
 
 	stableAt    time.Duration
 	stableBytes int64
-	highestAt   time.Duration
-	highestIval time.Duration
-	lastData    time.Duration
-	budget      int
-	budgetAt    time.Duration
+	// A STABLE due while released messages are being delivered waits
+	// (re-checked every stableNudge, up to stableWaitUntil) until
+	// stableWait's delivered reaches stableTarget: creditStable.
+	stableWait      *sender
+	stableTarget    uint64
+	stableWaitUntil time.Duration
+	highestAt       time.Duration
+	highestIval     time.Duration
+	lastData        time.Duration
+	budget          int
+	budgetAt        time.Duration
 
 	round stableRound
 	// groupRecv: the Received of the own entry in the last STABILITY of
@@ -294,6 +302,7 @@ func New(cfg Config) (*Protocol, error) {
 		dscr:      make([]msg, 256),
 		ranges:    make([]wire.Range, 0, cfg.MaxNakRanges),
 		budget:    cfg.RepairBudget,
+		nakJitter: cfg.NakJitter,
 		stableAt:  NoDeadline,
 		highestAt: NoDeadline,
 	}
@@ -381,11 +390,26 @@ func (p *Protocol) markReady(s *sender) {
 	}
 }
 
-// jitter returns a random backoff in [0, NakJitter): truncated exponential
+// jitter returns a random backoff in [0, nakJitter): truncated exponential
 // skewed towards the end of the interval (Nonnenmacher & Biersack), so that
 // in a group of n receivers with the same gap only a few fire before the
-// first request reaches the others.
-func (p *Protocol) jitter() time.Duration { return p.spread(p.cfg.NakJitter) }
+// first request reaches the others. nakJitter is NakJitter scaled to the
+// view (scaledJitter): zero with a single receiver.
+func (p *Protocol) jitter() time.Duration { return p.spread(p.nakJitter) }
+
+// scaledJitter returns NakJitter for a view of n members: the whole of it
+// from NakJitterPeers other receivers (n-2) on, proportionally less below,
+// none for n <= 2 (nobody to suppress).
+func scaledJitter(c *Config, n int) time.Duration {
+	peers := n - 2
+	switch {
+	case c.NakJitterPeers < 0 || peers >= c.NakJitterPeers:
+		return c.NakJitter
+	case peers <= 0:
+		return 0
+	}
+	return c.NakJitter * time.Duration(peers) / time.Duration(c.NakJitterPeers)
+}
 
 // spread returns a random delay in [0, j), distributed like jitter.
 func (p *Protocol) spread(j time.Duration) time.Duration {
@@ -555,7 +579,11 @@ func (p *Protocol) Tick(now time.Duration) {
 		i++
 	}
 	if p.hasView && now >= p.stableAt {
-		p.sendStable(now)
+		if w := p.stableWait; w != nil && p.senders[w.m] == w && w.delivered() < p.stableTarget && now < p.stableWaitUntil {
+			p.stableAt = now + stableNudge // delivery of what a repair released is under way
+		} else {
+			p.sendStable(now)
+		}
 	}
 	if now >= p.highestAt {
 		p.announceHighest(now)

@@ -62,18 +62,16 @@ func (p *Protocol) onData(buf *wire.Buffer, h wire.Header, body []byte, now time
 		p.stats.Drops.Self++
 		return nil
 	}
-	p.stableBytes += int64(len(body))
-	p.insertData(s, buf, &d, now)
-	if p.hasView && p.stableBytes >= p.cfg.StableBytes {
-		p.sendStable(now)
-	}
+	p.insertData(s, buf, &d, len(body), now)
 	return nil
 }
 
 // insertData inserts a bundle's run into s's window, one AddRun per
-// scratch-full, and takes one buffer reference per stored message.
-func (p *Protocol) insertData(s *sender, buf *wire.Buffer, d *wire.Data, now time.Duration) {
+// scratch-full, and takes one buffer reference per stored message. size
+// (the body's bytes) counts towards the next STABLE (creditStable).
+func (p *Protocol) insertData(s *sender, buf *wire.Buffer, d *wire.Data, size int, now time.Duration) {
 	w := s.window()
+	c0 := max(s.contig, s.delivered(), s.floor)
 	if last := d.Last(); last > s.highest {
 		s.highest = last
 	}
@@ -116,6 +114,41 @@ func (p *Protocol) insertData(s *sender, buf *wire.Buffer, d *wire.Data, now tim
 		p.inserted(s, d.First)
 	}
 	p.checkGaps(s, now)
+	p.creditStable(s, c0, d.First, uint64(d.Count), size, now)
+}
+
+// creditStable counts a data datagram of s (seqnos first.., count of them,
+// size bytes; c0 was s's contiguous point before it) towards the next
+// STABLE, due once StableBytes are counted: its bytes (what the STABLE's
+// Received reports, senders' flow control) and, when it filled a gap, the
+// messages it released for delivery (estimated as its bytes per seqno
+// times the seqnos released: the progress of the STABLE's Delivered, the
+// senders' stability). Each byte counts at most twice, so STABLE traffic
+// stays within twice what the bytes received alone caused. A due STABLE
+// waits until what s holds contiguously is delivered (stableWait; at most
+// StableInterval/8), so that it reports the new delivered point: after a
+// repair released a window's worth, a STABLE sent at once would report
+// almost nothing new, and a sender whose window filled while the gap was
+// open would get its credit only at the next StableInterval, since it sends
+// nothing that could count meanwhile.
+func (p *Protocol) creditStable(s *sender, c0, first, count uint64, size int, now time.Duration) {
+	credit := int64(size)
+	if last := first + count - 1; first <= c0+1 && count > 0 && s.contig > max(last, c0) {
+		credit += int64((s.contig - max(last, c0)) * uint64(size) / count)
+	}
+	p.stableBytes += credit
+	if !p.hasView || p.stableBytes < p.cfg.StableBytes {
+		return
+	}
+	if p.stableWait == nil {
+		if s.delivered() >= s.contig {
+			p.sendStable(now)
+			return
+		}
+		p.stableWaitUntil = now + p.cfg.StableInterval/8
+		p.stableAt = min(p.stableAt, now+stableNudge)
+	}
+	p.stableWait, p.stableTarget = s, s.contig
 }
 
 // inserted updates contig and readiness after new entries from first on.

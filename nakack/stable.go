@@ -84,11 +84,16 @@ func (p *Protocol) entryOf(s *sender) digest.Entry {
 
 func (p *Protocol) stablePer() int { return max(1, wire.MaxDigestEntries(p.cfg.MaxDatagram)) }
 
+// stableNudge is how often a STABLE waiting for the delivery of released
+// messages looks again (creditStable).
+const stableNudge = 20 * time.Microsecond
+
 // sendStable sends this member's delivered digest to the coordinator (folds
 // it directly when this member is the coordinator) and restarts the timer.
 func (p *Protocol) sendStable(now time.Duration) {
 	p.stableAt = now + p.cfg.StableInterval
 	p.stableBytes = 0
+	p.stableWait = nil
 	if !p.hasView {
 		return
 	}

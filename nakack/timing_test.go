@@ -1,0 +1,111 @@
+package nakack
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// TestScaledJitter: the NAK jitter is NakJitter scaled to the view: none
+// with a single receiver, in proportion to the other receivers below
+// NakJitterPeers, all of it from there on or when NakJitterPeers < 0.
+func TestScaledJitter(t *testing.T) {
+	c := Config{NakJitter: 8 * time.Millisecond, NakJitterPeers: 4}
+	for n, want := range map[int]time.Duration{0: 0, 1: 0, 2: 0, 3: 2 * time.Millisecond, 4: 4 * time.Millisecond,
+		5: 6 * time.Millisecond, 6: 8 * time.Millisecond, 100: 8 * time.Millisecond} {
+		require.Equal(t, want, scaledJitter(&c, n), "n=%d", n)
+	}
+	c.NakJitterPeers = -1
+	require.Equal(t, 8*time.Millisecond, scaledJitter(&c, 2))
+	d := Config{Self: mA, Pool: wire.NewPool(1400, 0)}
+	require.NoError(t, d.setDefaults())
+	require.Equal(t, 2, d.NakJitterPeers)
+	require.Equal(t, time.Duration(0), scaledJitter(&d, 2))
+	require.Equal(t, d.NakJitter/2, scaledJitter(&d, 3))
+	require.Equal(t, d.NakJitter, scaledJitter(&d, 4))
+}
+
+// firstRequestDelay has sender A send three datagrams, the second lost at
+// member B, and returns how long after the third's arrival B's first
+// XMIT_REQ went out.
+func firstRequestDelay(t *testing.T, seed uint64, members ...digest.Member) time.Duration {
+	c := newCluster(t, func(cfg *Config) {
+		cfg.NakJitter = 4 * time.Millisecond
+		cfg.Seed = seed
+	}, members...)
+	lost := func(d dgram, to digest.Member) bool {
+		if to != mB || d.typ != wire.TypeData {
+			return false
+		}
+		_, first, _ := dataRange(t, d)
+		return first == 2
+	}
+	c.deliver(c.send(mA, true, "a1", "a2", "a3"), lost)
+	start := c.now
+	for c.now < start+time.Second {
+		next := c.p(mB).NextDeadline()
+		require.NotEqual(t, NoDeadline, next)
+		c.now = next
+		c.p(mB).Tick(c.now)
+		if len(xmitRanges(t, c.take(), mA)) > 0 {
+			return c.now - start
+		}
+	}
+	t.Fatal("no request")
+	return 0
+}
+
+// TestLoneReceiverRequestsAfterNakDelay: in a view of two the first request
+// for a gap goes exactly NakDelay after the gap is seen (no jitter: nobody
+// to suppress); in a view of four it is spread over NakJitter as before.
+func TestLoneReceiverRequestsAfterNakDelay(t *testing.T) {
+	spread := false
+	for seed := range uint64(8) {
+		require.Equal(t, 2*time.Millisecond, firstRequestDelay(t, seed, mA, mB), "seed %d", seed)
+		d := firstRequestDelay(t, seed, mA, mB, mC, mD)
+		require.GreaterOrEqual(t, d, 2*time.Millisecond)
+		require.Less(t, d, 6*time.Millisecond)
+		spread = spread || d > 2*time.Millisecond
+	}
+	require.True(t, spread, "a view of four draws jitter")
+}
+
+// TestStableAfterRepairReportsReleased: a STABLE made due by the messages a
+// repair releases waits for their delivery and reports it, so the sender
+// purges what the gap held back at once, not at the receiver's next
+// StableInterval (an hour here) or after StableBytes more data.
+func TestStableAfterRepairReportsReleased(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.StableBytes = 4000 }, mA, mB)
+	payload := strings.Repeat("x", 1000)
+	once := true
+	lose2 := func(d dgram, to digest.Member) bool {
+		if to != mB || d.typ != wire.TypeData || !once {
+			return false
+		}
+		if _, first, _ := dataRange(t, d); first == 2 {
+			once = false
+			return true
+		}
+		return false
+	}
+	ps := make([]string, 10)
+	for i := range ps {
+		ps[i] = payload
+	}
+	c.deliver(c.send(mA, true, ps...), lose2)
+	c.run(c.now+time.Millisecond, nil) // less than NakDelay: no request yet
+	low := func() uint64 { e, _ := c.p(mA).WindowState(mA); return e.Low }
+	require.Equal(t, uint64(1), low(), "the STABLE due before the repair reports delivered 1")
+	require.Equal(t, uint64(1), c.p(mB).Stats().StableSent)
+	stables := c.p(mB).Stats().StableSent
+	// The repair: NakDelay, then the request and the answer.
+	c.run(c.now+5*time.Millisecond, nil)
+	require.Equal(t, span(1, 10), c.rec(mB).seqs(mA))
+	require.Equal(t, stables+1, c.p(mB).Stats().StableSent, "one STABLE, after the delivery")
+	require.Equal(t, uint64(10), low(), "purged to what the repair released")
+	require.Zero(t, c.p(mB).Stats().Drops.WrongView)
+}
