@@ -248,6 +248,10 @@ func (a *agent) run() {
 	}
 }
 
+// maxDeliverRounds bounds the delivery batches of one push-mode
+// iteration.
+const maxDeliverRounds = 16
+
 // busyReadInterval is how long a busy sender waits, after a read found
 // both sockets empty, before it reads again. A sender streaming its own
 // messages mostly finds nothing to read (its own datagrams are filtered
@@ -396,9 +400,21 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	a.closeSeen = a.closeSeen || closing
 	switch {
 	case m.cfg.Handler != nil:
-		n := p.Poll(&a.pushH, m.cfg.DeliverBatch)
-		m.ctr.delivered.Add(uint64(n))
-		work += n
+		// Keep up with what this iteration sent and received: one batch
+		// an iteration let the member's own messages (a whole ring of
+		// them can be sent in one iteration) pile up undelivered, and
+		// since stability waits for every member's delivered, own
+		// included, the sender's window filled and it stalled
+		// (protocol back-pressure every 30 ms in the netns benchmark).
+		// Bounded, so that a flood cannot hold the lock for ever.
+		for range maxDeliverRounds {
+			n := p.Poll(&a.pushH, m.cfg.DeliverBatch)
+			m.ctr.delivered.Add(uint64(n))
+			work += n
+			if n < m.cfg.DeliverBatch {
+				break
+			}
+		}
 	case closing:
 		n := p.Poll(&a.drop, m.cfg.DeliverBatch)
 		m.ctr.discardedOnClose.Add(uint64(n))
