@@ -228,8 +228,13 @@ func (a *agent) run() {
 		case IdleSpin:
 			// Spin, but let the other goroutines of a busy process (the
 			// application's, another member's agent) run now and then:
-			// Go preempts a spinning goroutine only after 10ms.
-			if spins++; spins%64 == 0 {
+			// Go preempts a spinning goroutine only after 10ms. An idle
+			// iteration costs a microsecond or more (its reads are system
+			// calls), so every spinPeriod-th is already often: with 64,
+			// a ping-pong between two members of one process took 90us
+			// a round trip (9x the raw spin ping-pong), each agent
+			// holding a P for ~100us before yielding.
+			if spins++; spins%spinPeriod == 0 {
 				runtime.Gosched()
 			}
 			continue
@@ -247,6 +252,10 @@ func (a *agent) run() {
 		a.block(deadline)
 	}
 }
+
+// spinPeriod is how many idle iterations an IdleSpin agent runs between
+// yields.
+const spinPeriod = 4
 
 // maxDeliverRounds bounds the delivery batches of one push-mode
 // iteration.
