@@ -71,6 +71,10 @@ type reader struct {
 	err   error
 	calls uint
 
+	// filled is how many headers the kernel wrote in the last call: only
+	// those need their name length, flags and length reset.
+	filled int
+
 	boundPoll func(uintptr) bool
 	boundRecv func(uintptr) bool
 }
@@ -109,6 +113,9 @@ func Open(cfg Config) (*UDP, error) {
 	u.rd.boundRecv = u.recv
 	u.wr.boundSend = u.send
 	u.rd.hdrs, u.rd.iovs, u.rd.names = newHeaders(cfg.BatchSize)
+	for i := range u.rd.hdrs {
+		u.rd.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
+	}
 	u.wr.hdrs, u.wr.iovs, u.wr.names = newHeaders(cfg.BatchSize)
 	return u, nil
 }
@@ -450,24 +457,35 @@ func (u *UDP) startRead(bufs [][]byte, sizes []int, srcs []netip.AddrPort) bool 
 	}
 	r.bufs, r.sizes, r.srcs = bufs, sizes, srcs
 	r.n, r.err = 0, nil
+	// Write only what changed: a receiver that gets one datagram a call
+	// (it keeps up) rewrote all BatchSize headers and iovecs each time,
+	// 10% of its CPU profile on a veth bridge. The buffers in the slots
+	// mostly stay (the engine replaces only those it kept).
 	for i := 0; i < r.max; i++ {
 		b := bufs[i]
+		var want unix.Iovec
 		if len(b) > 0 {
-			r.iovs[i].Base = &b[0]
-		} else {
-			r.iovs[i].Base = nil
+			want.Base = &b[0]
 		}
-		r.iovs[i].SetLen(len(b))
-		r.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
-		r.hdrs[i].Hdr.Flags = 0
-		r.hdrs[i].Len = 0
+		want.SetLen(len(b))
+		if iov := &r.iovs[i]; *iov != want {
+			*iov = want
+		}
 	}
+	for i := 0; i < r.filled; i++ {
+		h := &r.hdrs[i]
+		h.Hdr.Namelen = unix.SizeofSockaddrInet6
+		h.Hdr.Flags = 0
+		h.Len = 0
+	}
+	r.filled = 0
 	return true
 }
 
 func (u *UDP) endRead(err error) (int, error) {
 	r := &u.rd
 	n := r.n
+	r.filled = n
 	if err == nil {
 		err = r.err
 	}
