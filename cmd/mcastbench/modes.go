@@ -52,7 +52,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("-loss %v: want 0 <= loss < 1", *loss)
 	}
 	fmt.Fprintf(stdout, "mcastbench: loopback, 1 sender -> 2 receivers, %v per measurement, %d cores, %s\n", *duration, runtime.NumCPU(), runtime.Version())
-	rows, members, firstErr := loopbackSuite(ctx, ss, *duration, *loss, out.stats, stderr)
+	rows, members, firstErr := loopbackSuite(ctx, ss, 2, *duration, *loss, out.stats, stderr)
 	if firstErr != nil && len(rows) == 0 {
 		return firstErr
 	}
@@ -73,9 +73,9 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // loopbackSuite measures, per message size, the raw bundler and nakcast
-// (lossless, and with loss at the receivers when loss > 0), 1 sender and 2
-// receivers on loopback with 64 KB datagrams.
-func loopbackSuite(ctx context.Context, sizes []int, duration time.Duration, loss float64, statsEvery time.Duration, stderr io.Writer) ([]bench.Row, [][]bench.MemberResult, error) {
+// (lossless, and with loss at the receivers when loss > 0), 1 sender and
+// the given number of receivers on loopback with 64 KB datagrams.
+func loopbackSuite(ctx context.Context, sizes []int, receivers int, duration time.Duration, loss float64, statsEvery time.Duration, stderr io.Writer) ([]bench.Row, [][]bench.MemberResult, error) {
 	var rows []bench.Row
 	var members [][]bench.MemberResult
 	var firstErr error
@@ -83,7 +83,7 @@ func loopbackSuite(ctx context.Context, sizes []int, duration time.Duration, los
 		if ctx.Err() != nil {
 			break
 		}
-		rawCfg := bench.RawConfig{MsgSize: size, DatagramSize: loopbackDatagram, Duration: duration, Receivers: 2, Batch: engine.DefaultBatchSize}
+		rawCfg := bench.RawConfig{MsgSize: size, DatagramSize: loopbackDatagram, Duration: duration, Receivers: receivers, Batch: engine.DefaultBatchSize}
 		progress(stderr, fmt.Sprintf("raw %s", bench.FormatBytes(size)))
 		raw, err := bench.RunRaw(ctx, rawCfg)
 		if err != nil {
@@ -98,7 +98,7 @@ func loopbackSuite(ctx context.Context, sizes []int, duration time.Duration, los
 			if ctx.Err() != nil {
 				break
 			}
-			cfg := bench.MemberConfig{Members: 3, MsgSize: size, Duration: duration, SampleEvery: sampleEvery(0, size), Interface: "lo"}
+			cfg := bench.MemberConfig{Members: receivers + 1, MsgSize: size, Duration: duration, SampleEvery: sampleEvery(0, size), Interface: "lo"}
 			name := caseName(l)
 			rs, err := runGroup(ctx, cfg, l, fmt.Sprintf("nakcast %s %s", bench.FormatBytes(size), name), statsEvery, stderr)
 			if err != nil && firstErr == nil && ctx.Err() == nil {

@@ -23,12 +23,16 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	outFile := fs.String("o", "bench/RESULTS.md", "markdown file to write")
 	duration := fs.Duration("duration", 3*time.Second, "how long each measurement sends")
 	command := fs.String("command", "make bench-results", "the command recorded in the file")
+	receivers := fs.Int("receivers", 1, "receivers beside the one sender (1: the setup of the issue's targets)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	if *receivers < 1 || *receivers > 8 {
+		return usagef("-receivers %d: want 1..8", *receivers)
+	}
 	sizes := []int{64, 1024}
 	loadBefore := loadAvg()
-	rows, _, err := loopbackSuite(ctx, sizes, *duration, 0.05, 0, stderr)
+	rows, _, err := loopbackSuite(ctx, sizes, *receivers, *duration, 0.05, 0, stderr)
 	if err != nil {
 		return err
 	}
@@ -41,7 +45,7 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			return err
 		}
 		for _, mtu := range []int{1500, 9000} {
-			nrows, err := netnsResults(ctx, exe, mtu, sizes, *duration, stderr)
+			nrows, err := netnsResults(ctx, exe, mtu, sizes, *receivers+1, *duration, stderr)
 			rows = append(rows, nrows...)
 			if err != nil {
 				return fmt.Errorf("netns mtu %d: %w", mtu, err)
@@ -58,7 +62,7 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(&b, "do not edit by hand.\n\n")
 	fmt.Fprintf(&b, "## Machine\n\n- %s\n- %d cores (%s)\n- kernel %s\n- %s\n", cpuModel(), runtime.NumCPU(), runtime.GOARCH, kernel(), runtime.Version())
 	fmt.Fprintf(&b, "- load average (1, 5, 15 min) before the run %s, after %s: other work on the machine shares its cores\n\n", loadBefore, loadAvg())
-	fmt.Fprintf(&b, "## Setup\n\n1 sender, 2 receivers, %v of sending per row. Loopback: all members in one process, 64 KB datagrams;\n", *duration)
+	fmt.Fprintf(&b, "## Setup\n\n1 sender, %d receiver(s), %v of sending per row, shared-mode agents, IdleBlock. Loopback: all members in one process, 64 KB datagrams;\n", *receivers, *duration)
 	fmt.Fprintf(&b, "the raw row is the bare batched UDP bundler (`bench.RunRaw`: same message size packed into the same datagram size,\n")
 	fmt.Fprintf(&b, "sendmmsg/recvmmsg, every message parsed, no reliability) measured in the same run just before. Namespaces: one member\n")
 	fmt.Fprintf(&b, "process per network namespace on a bridge, veth MTU 1500 (1472 B datagrams) and 9000 (8972 B); their raw row is the\n")
@@ -81,11 +85,10 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return err
 }
 
-// netnsResults measures, between 3 namespaces of the given MTU, per
+// netnsResults measures, between members namespaces of the given MTU, per
 // message size, the raw bundler and nakcast lossless and with 5% loss at
 // the receivers. The namespaces are deleted before it returns.
-func netnsResults(ctx context.Context, exe string, mtu int, sizes []int, duration time.Duration, stderr io.Writer) ([]bench.Row, error) {
-	const members = 3
+func netnsResults(ctx context.Context, exe string, mtu int, sizes []int, members int, duration time.Duration, stderr io.Writer) ([]bench.Row, error) {
 	datagram := mtu - 28
 	path := fmt.Sprintf("netns mtu %d", mtu)
 	ns, err := bench.SetupNetns(ctx, members, mtu)
