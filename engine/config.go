@@ -304,8 +304,9 @@ type Config struct {
 	// (0: unlimited).
 	RateLimit int64
 	// InFlightBytes is sender flow control: the most payload bytes of this
-	// member's messages that may be unstable (sent but not yet delivered
-	// by every member) before the agent holds further messages back
+	// member's messages that may be in flight (sent but not yet read by
+	// every member, as their STABLE reports tell; measured from stability
+	// before e2ad353) before the agent holds further messages back
 	// (default 8 MiB, so that what is in flight fits the receivers'
 	// socket buffers: the default SO_RCVBUF of 4 MiB holds 127 datagrams
 	// of 64 KB, about 8 MiB, on Linux. More than a receiver's buffer

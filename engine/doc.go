@@ -98,13 +98,19 @@
 //
 // # Flow control
 //
-// A sender may have at most Config.Window messages and Config.InFlightBytes
-// payload bytes that are not yet stable (delivered by every member); past
-// either, the agent holds further messages in the ring, and Send waits
-// (TrySend returns ErrBackPressure once the ring is full too). Stability
-// rounds run every StableInterval and after StableBytes received; the
-// coordinator folds its own report every millisecond (locally, no
-// datagram) so that a round ends as soon as the last member reports.
+// A sender may have at most Config.Window messages that are not yet stable
+// (delivered by every member: what it must retain for repairs) and
+// Config.InFlightBytes payload bytes beyond what every member has read
+// from its socket (nakack.Protocol.GroupReceived, from the received counts
+// of the STABLE reports that the coordinator's STABILITY carries back):
+// the in-flight limit protects the receivers' socket buffers, and under
+// loss it does not wait for repairs as stability does. Past either, the
+// agent holds further messages in the ring, and Send waits (TrySend
+// returns ErrBackPressure once the ring is full too). Stability rounds run
+// every StableInterval and after StableBytes received (and, after a
+// repair, as soon as what it released is delivered); the coordinator
+// folds its own report every millisecond (locally, no datagram) so that a
+// round ends as soon as the last member reports.
 //
 // # Pull mode without deadlock
 //
