@@ -165,7 +165,9 @@ type Config struct {
 	// filter to drop it (measured on a veth bridge, MTU 1500: see the
 	// README's performance section). Members on the same host would not
 	// hear this one. The member's own messages are delivered to it either
-	// way (in process). Default false: loopback on.
+	// way (in process). No effect on a loopback interface, where what is
+	// sent comes back through the interface itself. Default false:
+	// loopback on.
 	NoLoopback bool
 	// Transport selects the backend: "udp" (default), or "auto" (the best
 	// available: UDP until the AF_XDP backend lands). "xdp" is refused

@@ -155,7 +155,9 @@ type Config struct {
 	// included. With loopback on and the group joined, the kernel runs a
 	// whole local receive of every datagram sent, only for the filter to
 	// drop it; off, that work is saved. Only when no other member shares
-	// this host or namespace: they would not hear this one.
+	// this host or namespace: they would not hear this one. On a loopback
+	// interface it changes nothing: what is sent there comes back through
+	// the interface itself.
 	NoLoopback bool
 	// SendOnly skips the group socket: the transport sends to the group but
 	// does not join it, and ReadBatch reads the unicast socket only.
@@ -187,6 +189,9 @@ type Info struct {
 	// BufferCapped reports that some buffer is still below what Config
 	// asked (not root, or the FORCE option refused).
 	BufferCapped bool
+	// MulticastLoop is IP_MULTICAST_LOOP (IPV6_MULTICAST_LOOP) of the
+	// sending socket as read back: false with Config.NoLoopback.
+	MulticastLoop bool
 }
 
 // Stats are counters of an open transport.

@@ -186,6 +186,7 @@ func (u *UDP) open(ifi *net.Interface) error {
 		return fmt.Errorf("transport: SO_RCVBUF %d on the unicast socket: %w", cfg.RecvBuffer, err)
 	}
 	u.info.BufferForced, u.info.BufferCapped = forced, capped
+	u.info.MulticastLoop = multicastLoop(u.uraw, v6)
 	u.info.SendBuffer, forced, capped, err = setBuffer(u.uraw, unix.SO_SNDBUF, unix.SO_SNDBUFFORCE, cfg.SendBuffer)
 	if err != nil {
 		return fmt.Errorf("transport: SO_SNDBUF %d: %w", cfg.SendBuffer, err)
@@ -323,6 +324,19 @@ func newUDPSocket(family int, sa *unix.RawSockaddrInet6, salen uint32, group boo
 		return nil, fmt.Errorf("transport: socket is a %T, not a UDP socket", c)
 	}
 	return uc, nil
+}
+
+// multicastLoop reads IP_MULTICAST_LOOP (IPV6_MULTICAST_LOOP) back.
+func multicastLoop(raw syscall.RawConn, v6 bool) bool {
+	loop := 0
+	_ = raw.Control(func(fd uintptr) {
+		if v6 {
+			loop, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_LOOP)
+		} else {
+			loop, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MULTICAST_LOOP)
+		}
+	})
+	return loop != 0
 }
 
 func boundAddr(raw syscall.RawConn) (netip.AddrPort, error) {

@@ -222,6 +222,17 @@ func TestSenderReceivesOwnGroupTraffic(t *testing.T) {
 	require.Equal(t, u.LocalAddr(), srcs[0])
 }
 
+func TestNoLoopback(t *testing.T) {
+	// The option as the kernel reports it. (Its effect cannot be seen on
+	// the loopback interface, where what is sent comes back through the
+	// interface itself; the netns benchmark runs members with it on a
+	// veth bridge.)
+	on := open(t, transport.Config{Group: group(7), BatchSize: 16})
+	require.True(t, on.Info().MulticastLoop)
+	off := open(t, transport.Config{Group: on.Group(), BatchSize: 16, NoLoopback: true})
+	require.False(t, off.Info().MulticastLoop)
+}
+
 func TestOtherGroupOnSamePortNotReceived(t *testing.T) {
 	a := member(t, group(5), nil)
 	b := open(t, transport.Config{Group: netip.AddrPortFrom(group(6).Addr(), a.Group().Port())})
