@@ -271,6 +271,11 @@ type Drops struct {
 	NoBuffer   uint64 // datagrams not built because the pool refused a buffer
 	WrongView  uint64 // control messages for another view or coordinator
 	Reassembly uint64 // fragments dropped by the reassembly bound
+	// Departed counts messages of a departed sender (left the view, window
+	// held open for its cut) refused so that every survivor ends with the
+	// same prefix: sent by that sender itself before its cut is fixed, and
+	// once it is, beyond the cut or in a range marked lost (declared lost).
+	Departed uint64
 }
 
 // Stats are a Protocol's counters (monotonic).

@@ -168,7 +168,25 @@
 // the ranges no survivor holds), CompleteCut (fetch what is missing up to
 // the cut from peers), DeclareLost (report what no survivor holds) and
 // CloseWindow, which remembers the delivered point. CompleteCut and
-// CloseWindow refuse a member of the view (ErrLive).
+// CloseWindow refuse a member of the view (ErrLive). The fix of a cut is
+// CompleteCut followed by DeclareLost for each lost range, with no Receive
+// in between (gms NakackProtocol does so).
+//
+// So that every survivor ends with the same prefix, a departed sender's
+// window refuses (Stats.Drops.Departed, never delivered) what could differ
+// between survivors: until the cut is fixed, every datagram the departed
+// sender itself sent (one delayed in the network, or a falsely suspected
+// sender still running), since this member's report to the coordinator
+// (taken after the view that dropped the sender) must remain all it will
+// ever hold of that sender but what peers repair from their own reports;
+// once the cut is fixed, whoever sent it, anything beyond the cut and
+// anything marked lost (declared lost, or lost before by a MSG_NOT_FOUND or
+// merge), whether Poll already reported it or not. Otherwise a datagram
+// that reached one survivor after its report and before the fix would be
+// delivered there while the others report it lost. Peers' repairs below the
+// cut that are not lost are accepted at any time, and the sender's own data
+// again after the fix (a graceful leaver answers retransmissions until its
+// cut closes).
 //
 // InstallMergeView installs a merge view and its digest in one step
 // (design.md, "Merges"): a member of the other partition whose window was

@@ -62,8 +62,102 @@ func (p *Protocol) onData(buf *wire.Buffer, h wire.Header, body []byte, now time
 		p.stats.Drops.Self++
 		return nil
 	}
+	if s.state == departed {
+		p.insertDeparted(s, h.Sender, buf, &d, len(body), now)
+		return nil
+	}
 	p.insertData(s, buf, &d, len(body), now)
 	return nil
+}
+
+// refuseDeparted reports whether seqno seq of departed sender s, carried by
+// a datagram that from sent, must be refused so that every survivor ends
+// with the same prefix (design.md, "Crashed senders"). The coordinator
+// declares lost what no survivor reported holding, so:
+//   - before the cut is fixed, what the departed sender itself sends (a
+//     datagram delayed in the network, or a falsely suspected sender still
+//     running) is refused: this member's report (taken after the view that
+//     dropped the sender, gms) must stay the whole of what it will ever hold
+//     from it but peers' repairs of what they reported; after the fix the
+//     sender's own data is accepted again (a graceful leaver answers
+//     retransmissions until its cut closes) within the rules below;
+//   - once the cut is fixed, nothing beyond it, and nothing marked lost
+//     (DeclareLost, or a MSG_NOT_FOUND or merge before): a datagram that
+//     arrives after the range was declared lost, before or after Poll
+//     reported it, is never delivered.
+//
+// Peers' repairs below the cut are accepted at any time: that is how
+// survivors complete the cut from each other.
+func refuseDeparted(s *sender, from digest.Member, seq uint64) bool {
+	if !s.hasCut {
+		return from == s.m
+	}
+	return seq > s.cut || markedLost(s.window(), seq)
+}
+
+// markedLost reports whether seq is marked lost in w (or was, and Poll
+// consumed it): neither held nor a gap, above the window's low. Only for
+// windows that are no longer purged (departed senders), where a seqno at or
+// below delivered that is not held was not delivered.
+func markedLost(w *ring.Window[msg], seq uint64) bool {
+	if seq <= w.Low() || seq > w.Received() || w.Has(seq) {
+		return false
+	}
+	if seq > w.Delivered() {
+		g, ok := w.NextGap(seq - 1)
+		return !ok || g.From != seq
+	}
+	return true
+}
+
+// insertDeparted inserts the data of departed sender s carried by a DATA
+// datagram that from sent, refusing (Drops.Departed) the seqnos
+// refuseDeparted names. Off the hot path: departed windows only.
+func (p *Protocol) insertDeparted(s *sender, from digest.Member, buf *wire.Buffer, d *wire.Data, size int, now time.Duration) {
+	if !s.hasCut {
+		if from == s.m {
+			p.stats.Drops.Departed += uint64(d.Count)
+			return
+		}
+		p.insertData(s, buf, d, size, now) // a peer's repair
+		return
+	}
+	w := s.window()
+	c0 := max(s.contig, s.delivered(), s.floor)
+	if s.inRQ {
+		p.stampDeparted(s, d.First, min(d.Last(), s.cut), now)
+	}
+	ref := p.newRef(buf)
+	it := d.Messages()
+	seq := d.First
+	added, lowest := 0, uint64(0)
+	for ; ; seq++ {
+		pl, ok := it.Next()
+		if !ok {
+			break
+		}
+		if refuseDeparted(s, from, seq) {
+			p.stats.Drops.Departed++
+			continue
+		}
+		switch w.Add(seq, msg{ref: ref, off: offsetIn(buf, pl), n: uint32(len(pl))}) {
+		case ring.Added:
+			if added == 0 {
+				lowest = seq
+			}
+			added++
+		default:
+			p.countAddResult(w.Has(seq), seq <= w.Delivered())
+		}
+	}
+	p.holdRef(s, ref, added, d.Last())
+	p.dropRef(ref)
+	if added > 0 {
+		p.stats.Received += uint64(added)
+		p.inserted(s, lowest)
+	}
+	p.checkGaps(s, now)
+	p.creditStable(s, c0, d.First, uint64(d.Count), size, now)
 }
 
 // insertData inserts a bundle's run into s's window, one AddRun per
@@ -174,6 +268,10 @@ func (p *Protocol) onFrag(buf *wire.Buffer, h wire.Header, body []byte, now time
 	}
 	if s.own {
 		p.stats.Drops.Self++
+		return nil
+	}
+	if s.state == departed && refuseDeparted(s, h.Sender, f.Seq) {
+		p.stats.Drops.Departed++
 		return nil
 	}
 	p.stableBytes += int64(len(body))
