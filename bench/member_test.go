@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"math/bits"
 	"strings"
 	"testing"
 	"time"
@@ -150,11 +151,11 @@ func TestVerifyFindsDifferences(t *testing.T) {
 
 func TestMemberHandlerHashAndOrder(t *testing.T) {
 	h := &memberHandler{base: 100, bySlot: make([]*recvState, 2), sample: 1, done: make(chan struct{})}
-	st := &recvState{hash: xxhash.New(), hist: NewHistogram(), nextIdx: 1}
+	st := &recvState{hist: NewHistogram(), nextIdx: 1}
 	h.bySlot[0] = st
 	h.pending.Store(1)
 	sender := digest.Member{ID: 101, Inc: 1}
-	want := xxhash.New()
+	var want uint64 // the documented fold, written out independently of FoldHash
 	p := make([]byte, 32)
 	for i := uint64(1); i <= 5; i++ {
 		idx := i
@@ -164,11 +165,8 @@ func TestMemberHandlerHashAndOrder(t *testing.T) {
 		binary.LittleEndian.PutUint64(p, uint64(Nanotime()))
 		binary.LittleEndian.PutUint64(p[8:], idx)
 		h.Deliver(sender, i, p)
-		var pre [12]byte
-		binary.LittleEndian.PutUint64(pre[:], i)
-		binary.LittleEndian.PutUint32(pre[8:], uint32(len(p)))
-		want.Write(pre[:])
-		want.Write(p)
+		x := xxhash.Sum64(p) ^ i*1609587929392839161 ^ uint64(len(p))*9650029242287828579
+		want = bits.RotateLeft64(want*11400714785074694791^x, 31) * 14029467366897019727
 	}
 	h.Deliver(digest.Member{ID: 999, Inc: 1}, 1, p) // not a sender: ignored
 	select {
@@ -178,7 +176,7 @@ func TestMemberHandlerHashAndOrder(t *testing.T) {
 	}
 	require.Equal(t, int64(5), st.res.Delivered)
 	require.Zero(t, st.res.OutOfOrder)
-	require.Equal(t, want.Sum64(), st.hash.Sum64())
+	require.Equal(t, want, st.hash)
 	require.Equal(t, int64(5), st.hist.TotalCount())
 	// A gap in the payload index is counted.
 	binary.LittleEndian.PutUint64(p[8:], 9)
@@ -186,9 +184,18 @@ func TestMemberHandlerHashAndOrder(t *testing.T) {
 	require.Equal(t, int64(1), st.res.OutOfOrder)
 }
 
+func TestFoldHashOrderSensitive(t *testing.T) {
+	a, b := []byte("first message"), []byte("second message")
+	ab := FoldHash(FoldHash(0, 1, a), 2, b)
+	require.NotEqual(t, ab, FoldHash(FoldHash(0, 1, b), 2, a), "payloads swapped")
+	require.NotEqual(t, ab, FoldHash(FoldHash(0, 2, a), 1, b), "seqnos swapped")
+	require.NotEqual(t, ab, FoldHash(FoldHash(0, 1, a), 2, b[:len(b)-1]), "length")
+	require.Equal(t, ab, FoldHash(FoldHash(0, 1, a), 2, b))
+}
+
 func TestMemberHandlerAllocatesNothing(t *testing.T) {
 	h := &memberHandler{base: 100, bySlot: make([]*recvState, 1), sample: 1, done: make(chan struct{})}
-	h.bySlot[0] = &recvState{hash: xxhash.New(), hist: NewHistogram(), nextIdx: 1}
+	h.bySlot[0] = &recvState{hist: NewHistogram(), nextIdx: 1}
 	h.pending.Store(1)
 	sender := digest.Member{ID: 101, Inc: 1}
 	p := make([]byte, 64)
@@ -206,7 +213,7 @@ func BenchmarkMemberHandlerDeliver(b *testing.B) {
 	for _, size := range []int{64, 1024} {
 		b.Run(byteSize(size), func(b *testing.B) {
 			h := &memberHandler{base: 100, bySlot: make([]*recvState, 1), sample: 1, done: make(chan struct{})}
-			h.bySlot[0] = &recvState{hash: xxhash.New(), hist: NewHistogram(), nextIdx: 1}
+			h.bySlot[0] = &recvState{hist: NewHistogram(), nextIdx: 1}
 			sender := digest.Member{ID: 101, Inc: 1}
 			p := make([]byte, size)
 			b.SetBytes(int64(size))

@@ -56,7 +56,7 @@ run "mcastbench MODE -h" for the flags of a mode.
 `
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(profiled(func() int { return run(os.Args[1:], os.Stdout, os.Stderr) }))
 }
 
 // run executes the command line and returns the exit status.
