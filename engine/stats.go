@@ -70,6 +70,11 @@ type Drops struct {
 	// BadAddress: membership datagrams not sent because the peer's
 	// unicast address did not parse or is not allowed.
 	BadAddress uint64
+	// Departed: messages of a departed sender refused so that every
+	// survivor ends with the same prefix of its messages (nakack
+	// Drops.Departed: its own datagrams before the cut is fixed, anything
+	// beyond the cut or declared lost after).
+	Departed uint64
 }
 
 // SenderWindow is this member's view of one sender: Low is the highest
@@ -224,6 +229,7 @@ func (m *Member) Stats() Stats {
 			Self:         ps.Drops.Self,
 			NotJoined:    m.ctr.dropNotJoined.Load(),
 			BadAddress:   m.ctr.dropBadAddress.Load(),
+			Departed:     ps.Drops.Departed,
 		},
 		Repair:    ps.Repair,
 		Protocol:  ps,

@@ -108,7 +108,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}{
 		{"malformed", d.Malformed}, {"foreign_group", d.ForeignGroup}, {"not_member", d.NotMember}, {"ring_full", d.RingFull},
 		{"wrong_view", d.WrongView}, {"no_buffer", d.NoBuffer}, {"injected", d.Injected},
-		{"send_failed", d.SendFailed}, {"reassembly", d.Reassembly},
+		{"send_failed", d.SendFailed}, {"reassembly", d.Reassembly}, {"self", d.Self},
+		{"not_joined", d.NotJoined}, {"bad_address", d.BadAddress}, {"departed", d.Departed},
 	} {
 		ch <- prometheus.MustNewConstMetric(c.drops, prometheus.CounterValue, float64(r.v), r.reason)
 	}
