@@ -124,23 +124,11 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		}
 	}
 	cfg.AllowNonLoopback = *iface != "lo"
-	switch *idle {
-	case "block":
-		cfg.Idle = engine.IdleBlock
-	case "yield":
-		cfg.Idle = engine.IdleYield
-	case "spin":
-		cfg.Idle = engine.IdleSpin
-	default:
-		return bad("-idle %q: want block, yield or spin", *idle)
+	if cfg.Idle, err = engine.ParseIdleStrategy(*idle); err != nil {
+		return bad("-idle: %v", err)
 	}
-	switch *threading {
-	case "shared":
-		cfg.Threading = engine.ThreadingShared
-	case "dedicated":
-		cfg.Threading = engine.ThreadingDedicated
-	default:
-		return bad("-threading %q: want shared or dedicated", *threading)
+	if cfg.Threading, err = engine.ParseThreading(*threading); err != nil {
+		return bad("-threading: %v", err)
 	}
 	if *transport == engine.TransportXDP {
 		return fmt.Errorf("-transport xdp: the AF_XDP backend is not available yet (it arrives with ebpf/)")

@@ -39,6 +39,28 @@ func (s IdleStrategy) String() string {
 	return fmt.Sprintf("IdleStrategy(%d)", uint8(s))
 }
 
+// ParseIdleStrategy returns the strategy named by String ("block", "yield"
+// or "spin"), for flags and configuration files.
+func ParseIdleStrategy(s string) (IdleStrategy, error) {
+	for _, v := range []IdleStrategy{IdleBlock, IdleYield, IdleSpin} {
+		if s == v.String() {
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("idle strategy %q: want block, yield or spin", s)
+}
+
+// ParseThreading returns the mode named by String ("shared" or
+// "dedicated").
+func ParseThreading(s string) (Threading, error) {
+	for _, v := range []Threading{ThreadingShared, ThreadingDedicated} {
+		if s == v.String() {
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("threading %q: want shared or dedicated", s)
+}
+
 // Threading is how the agent's duties are spread over goroutines.
 type Threading uint8
 

@@ -142,3 +142,20 @@ func TestConfigNonLoopbackNeedsOptIn(t *testing.T) {
 	c = Config{TTL: 8, AllowNonLoopback: true}
 	require.NoError(t, c.Validate())
 }
+
+func TestParseIdleAndThreading(t *testing.T) {
+	for _, v := range []IdleStrategy{IdleBlock, IdleYield, IdleSpin} {
+		got, err := ParseIdleStrategy(v.String())
+		require.NoError(t, err)
+		require.Equal(t, v, got)
+	}
+	for _, v := range []Threading{ThreadingShared, ThreadingDedicated} {
+		got, err := ParseThreading(v.String())
+		require.NoError(t, err)
+		require.Equal(t, v, got)
+	}
+	_, err := ParseIdleStrategy("busy")
+	require.ErrorContains(t, err, "want block, yield or spin")
+	_, err = ParseThreading("both")
+	require.ErrorContains(t, err, "want shared or dedicated")
+}

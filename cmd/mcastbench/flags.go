@@ -103,25 +103,19 @@ func (f *engineFlags) check() error {
 }
 
 func parseThreading(s string) (engine.Threading, error) {
-	switch s {
-	case "shared":
-		return engine.ThreadingShared, nil
-	case "dedicated":
-		return engine.ThreadingDedicated, nil
+	t, err := engine.ParseThreading(s)
+	if err != nil {
+		return 0, usagef("-threading: %v", err)
 	}
-	return 0, usagef("-threading %q: want shared or dedicated", s)
+	return t, nil
 }
 
 func parseIdle(s string) (engine.IdleStrategy, error) {
-	switch s {
-	case "block":
-		return engine.IdleBlock, nil
-	case "yield":
-		return engine.IdleYield, nil
-	case "spin":
-		return engine.IdleSpin, nil
+	v, err := engine.ParseIdleStrategy(s)
+	if err != nil {
+		return 0, usagef("-idle: %v", err)
 	}
-	return 0, usagef("-idle %q: want block, yield or spin", s)
+	return v, nil
 }
 
 // memberConfig is the template member config of the flags.
