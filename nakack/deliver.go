@@ -66,6 +66,9 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 		if s.hasCut {
 			d := w.Delivered()
 			if d >= s.cut {
+				if p.lostAtCut(s, h) {
+					k++
+				}
 				return k, false
 			}
 			lim = int(min(uint64(lim), s.cut-d))
@@ -76,6 +79,9 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 			clear(p.dscr[:c])
 			k += c
 			continue
+		}
+		if s.hasCut && !cutLostReady(s) {
+			return k, false
 		}
 		if r, ok := w.SkipLost(); ok {
 			p.reportLost(s, h, r.From, r.To)
@@ -171,6 +177,9 @@ func (p *Protocol) reportLost(s *sender, h Handler, from, to uint64) {
 			last := to + 1 - uint64(m.fi) + uint64(m.fc) - 1
 			to = last
 		}
+	}
+	if s.hasCut {
+		to = min(to, s.cut) // nothing beyond a departed sender's cut
 	}
 	r.skipTo = max(r.skipTo, to)
 	from = max(from, r.reported+1)

@@ -425,6 +425,34 @@ func (p *Protocol) CompleteCut(m digest.Member, cut uint64, now time.Duration) e
 	return nil
 }
 
+// lostAtCut is Poll's step once departed sender s's delivered point
+// reached its cut: a fragmented message that was being reassembled (its
+// first fragments at or below the cut, its last beyond it) can never
+// complete, so its seqnos from its first fragment to the cut are reported
+// lost, once. Every survivor holds the same seqnos up to the cut (held or
+// declared lost), so every survivor reports the same range. Returns
+// whether it reported.
+func (p *Protocol) lostAtCut(s *sender, h Handler) bool {
+	if !s.reasm.active {
+		return false
+	}
+	p.reportLost(s, h, s.cut, s.cut) // widened down to the message's first fragment
+	return true
+}
+
+// cutLostReady reports whether Poll may consume the lost run that comes
+// next in departed sender s's window (cut fixed): only once every seqno up
+// to the cut is held or marked lost. How far a lost run is widened (over
+// the held fragments of the message it cuts) must not depend on whether a
+// repair has arrived yet, or survivors would report different ranges.
+func cutLostReady(s *sender) bool {
+	if s.win.Received() < s.cut { // the rest is not even announced yet
+		return false
+	}
+	g, ok := s.win.NextGap(s.win.Delivered())
+	return !ok || g.From > s.cut
+}
+
 // DeclareLost marks m's seqnos from..to that this member does not hold as
 // lost (the coordinator declared that no survivor holds them); Poll reports
 // them once. Returns how many seqnos were marked.
