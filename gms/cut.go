@@ -35,6 +35,15 @@ type memberCut struct {
 	resendAt time.Duration
 }
 
+// cutPender is implemented by a Protocol whose window may reach the cut
+// with something still to report to the application (NakackProtocol: a
+// fragmented message the cut ends inside is reported lost by the next
+// Poll). CloseWindow would drop it, so a survivor acknowledges only once
+// CutPending is false.
+type cutPender interface {
+	CutPending(sender digest.Member) bool
+}
+
 // openWin is a departed sender whose window this member has not closed.
 // If no cut for it is under way with the current coordinator by nudgeAt
 // (the coordinator that excluded it died, and the one that took over never
@@ -262,6 +271,9 @@ func (g *GMS) checkMemberCut(sender digest.Member, mc *memberCut, now time.Durat
 		if r.From <= mc.cut {
 			complete = false
 		}
+	}
+	if cp, ok := g.proto.(cutPender); ok && complete && cp.CutPending(sender) {
+		complete = false // Poll has yet to report the message the cut ends inside
 	}
 	if !complete {
 		return

@@ -77,6 +77,11 @@ func (a *NakackProtocol) CompleteCut(sender digest.Member, cut uint64, lost []Ra
 	}
 }
 
+// CutPending reports whether nakack still has to report something of
+// sender up to its cut (a fragmented message the cut ends inside): the
+// survivor does not acknowledge the cut before (cutPender).
+func (a *NakackProtocol) CutPending(sender digest.Member) bool { return a.P.CutPending(sender) }
+
 // CloseWindow implements Protocol.
 func (a *NakackProtocol) CloseWindow(sender digest.Member, now time.Duration) {
 	_, _ = a.P.CloseWindow(sender)

@@ -228,6 +228,7 @@ func (p *Protocol) mergeEntry(e digest.Entry, now time.Duration) {
 	s := p.senders[e.Member]
 	if s == nil {
 		start := p.closed[e.Member] // 0 if never seen
+		resume := start
 		var lost wire.Range
 		if e.Low > start {
 			lost = wire.Range{From: start + 1, To: e.Low}
@@ -238,6 +239,10 @@ func (p *Protocol) mergeEntry(e digest.Entry, now time.Duration) {
 		s.floor = start
 		s.highest = max(start, e.Delivered, e.Received)
 		s.contig = start
+		// Nothing at or below the closed point is reported again: a
+		// fragmented message the cut ended inside was reported lost up to
+		// the cut; its fragments beyond it are reported from the cut+1.
+		s.reasm.reported, s.reasm.skipTo = resume, resume
 		if lost.To != 0 {
 			s.preLost = lost
 			p.markReady(s)
@@ -421,8 +426,21 @@ func (p *Protocol) CompleteCut(m digest.Member, cut uint64, now time.Duration) e
 	}
 	s.hasCut, s.cut = true, cut
 	s.highest = max(s.highest, cut)
+	if s.reasm.active && s.delivered() >= cut {
+		p.markReady(s) // Poll reports the message the cut ends inside (lostAtCut)
+	}
 	p.checkGaps(s, now)
 	return nil
+}
+
+// CutPending reports whether Poll still has to report something of
+// departed sender m up to its cut although its delivered point reached the
+// cut: a fragmented message that the cut ends inside (lostAtCut). A
+// survivor acknowledges the cut only once it is false, since CloseWindow
+// drops what Poll has not reported.
+func (p *Protocol) CutPending(m digest.Member) bool {
+	s := p.senders[m]
+	return s != nil && !s.own && s.hasCut && s.reasm.active
 }
 
 // lostAtCut is Poll's step once departed sender s's delivered point

@@ -188,6 +188,36 @@
 // again after the fix (a graceful leaver answers retransmissions until its
 // cut closes).
 //
+// A cut (the highest seqno any survivor received) may end inside a
+// fragmented message: its first fragments at or below the cut, its last
+// beyond it. That message can never be delivered, and it is not skipped
+// silently: once the window's delivered point reaches the cut, Poll
+// reports it lost with Handler.Lost as the range from its first fragment
+// to the cut, exactly: [first fragment, cut] (or from earlier, when a lost
+// run that reaches into the message began before it: the one range
+// covers both). Nothing beyond the cut is ever reported (a lost run
+// widened to the end of a fragmented message stops at the cut), so if a
+// merge later brings the sender back, its window resumes at the cut and
+// the message's fragments above it are reported lost from cut+1, never
+// again below. Every survivor reports the same ranges: after the fix
+// every seqno up to the cut is, at every survivor, held or declared lost
+// (what one survivor lacks it fetches from the others), so the fragments
+// up to the cut are the same everywhere; and Poll consumes a lost run of
+// a departed sender only once everything up to the cut is held or marked
+// lost, so how far the run widens over held fragments does not depend on
+// when a repair arrives. CutPending tells gms that such a report is still
+// to come although delivered reached the cut: a survivor acknowledges the
+// cut only after it, since CloseWindow drops what Poll has not reported.
+// When the cut falls on a message's last fragment the message is complete
+// and delivered. This is done here rather than by rounding the cut down
+// to the message's first fragment in gms: the coordinator only sees
+// seqnos (each survivor's delivered, received and gaps), so rounding
+// would need each survivor to report fragment boundaries (a wire change
+// to CUT_REPORT), while every survivor's window already holds the same
+// fragments up to the cut and reaches the same decision with no extra
+// message; and a rounded cut would still have to report the fragments a
+// survivor received below it.
+//
 // InstallMergeView installs a merge view and its digest in one step
 // (design.md, "Merges"): a member of the other partition whose window was
 // closed after a cut resumes at the remembered delivered point, one never
