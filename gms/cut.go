@@ -87,8 +87,20 @@ func (g *GMS) localReport(sender digest.Member) cutReport {
 	return r
 }
 
+// onCutReq answers the coordinator's request for this member's state of a
+// departed sender, only once this member has installed a view without that
+// sender (the view that dropped it, or a later one): until then the
+// protocol still takes the sender's data as live, so a report taken now
+// could be followed by data the coordinator never hears of (delivered here
+// while the cut declares it lost). Such a request is ignored; the
+// coordinator resends it to every member that has not reported, and the
+// view to every member that has not acknowledged it.
 func (g *GMS) onCutReq(m *msg, now time.Duration) {
 	if (g.status != StatusMember && g.status != StatusLeaving) || m.sender != g.view.Coord().Member {
+		return
+	}
+	if g.view.Contains(m.member) {
+		g.stats.CutReqsEarly++
 		return
 	}
 	r := g.localReport(m.member)

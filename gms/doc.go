@@ -63,12 +63,15 @@
 //
 // When a view excludes a sender the coordinator fixes its cut (design.md,
 // "Crashed senders"): it collects from every survivor its delivered,
-// received and missing ranges for that sender, picks the cut (the highest
+// received and missing ranges for that sender (a survivor answers only
+// once it has installed a view without that sender, so that its report is
+// all it will ever take from the sender itself), picks the cut (the highest
 // seqno any survivor received, or the leaver's announced highest), computes
 // the ranges no survivor holds and multicasts the cut with them; every
 // survivor has the protocol fetch the rest from its peers and report the
 // lost ranges, acknowledges once it holds and has delivered everything up
-// to the cut, and
+// to the cut (and the protocol has reported lost a fragmented message the
+// cut ends inside: Protocol implementations with CutPending), and
 // closes the window when the coordinator says every survivor has
 // acknowledged. Every member remembers the departed senders whose windows
 // it has not closed; a coordinator that took over resumes their cuts after

@@ -25,6 +25,7 @@ type Stats struct {
 	Suspicions       uint64 // members this member suspected
 	CutsClosed       uint64 // departed senders' cuts closed (coordinator)
 	CutsResumed      uint64 // cuts left open by an earlier coordinator, resumed (coordinator)
+	CutReqsEarly     uint64 // cut requests ignored: the sender was still in this member's view (survivor)
 	StateDeferred    uint64 // state requests left unanswered while a departed sender's window was open (provider)
 	StateRetried     uint64 // complete transfers refetched because digest and view (or open windows) did not match (requester)
 	Merges           uint64 // merge views installed by this member as leader
