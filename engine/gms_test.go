@@ -261,6 +261,7 @@ func testExactDeliveryJoined(t *testing.T, thr Threading) {
 		c.LossRate = 0.05
 		c.LossSeed = uint64(i + 1)
 		c.Threading = thr
+		c.BundleBytes = 8 << 10 // enough datagrams that 5% loss drops some (64 KB bundles: ~90 in a -race run)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
