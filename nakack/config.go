@@ -86,7 +86,10 @@ type Config struct {
 	NakJitterPeers int
 	// NakInterval is the first retry interval after a request (or after
 	// seeing another member's request); it doubles while the gap stays open.
-	// Should exceed a round trip. Default 20ms.
+	// Should exceed a round trip. Default 20ms. Scaled to the view like
+	// NakJitter, but never below a quarter of it: NakInterval/4 in a view of
+	// two, NakInterval/2 in a view of three (with NakJitterPeers 2), the
+	// whole from four members on.
 	NakInterval time.Duration
 	// NakMaxInterval caps the retry interval. Default 1s.
 	NakMaxInterval time.Duration
@@ -98,7 +101,9 @@ type Config struct {
 	UnicastNaks bool
 
 	// RepairLinger: a repeat request for a seqno repaired within it is
-	// ignored. Default 5ms.
+	// ignored (several receivers asked for the same loss). Default 5ms.
+	// Scaled to the view like NakJitter: none in a view of two, where a
+	// repeat can only be the lone receiver's retry of a lost repair.
 	RepairLinger time.Duration
 	// RepairBudget is how many messages may be repaired per RepairInterval
 	// (excess counted and left to the next request). Default 65536.

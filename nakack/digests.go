@@ -136,6 +136,7 @@ func (p *Protocol) installView(v View, d digest.Digest, merge bool, now time.Dur
 	n := len(p.view.Members)
 	p.lambda, p.expm1Lam = 0, 0
 	p.nakJitter = scaledJitter(&p.cfg, n)
+	p.nakInterval, p.repairLinger = scaledRetry(&p.cfg, n)
 	if n > 2 {
 		p.lambda = math.Log(float64(n)) + 1
 		p.expm1Lam = math.Expm1(p.lambda)

@@ -83,7 +83,11 @@
 // view of n members, all of it from NakJitterPeers other receivers on
 // (default 2: from 4 members); gaps already requested are retried
 // with exponential backoff from Config.NakInterval up to
-// Config.NakMaxInterval, restarted when the oldest gap is filled. Requests
+// Config.NakMaxInterval, restarted when the oldest gap is filled. The first
+// retry interval and the sender's Config.RepairLinger (repeat requests it
+// ignores) scale the same way, the interval down to a quarter: in a view of
+// two a lost repair is asked for again after NakInterval/4, and the
+// sender answers it. Requests
 // are multicast unless Config.UnicastNaks; a member that sees another
 // member's request covering its oldest or its first new gap backs off as if
 // it had sent it (suppression); the arrival of the data cancels the request.

@@ -44,10 +44,10 @@ func (p *Protocol) nakRound(s *sender, now time.Duration) {
 		s.oldAt = now + s.backoff + p.jitter()
 	} else {
 		if s.backoff == 0 {
-			s.backoff = p.cfg.NakInterval
+			s.backoff = p.nakInterval
 			s.oldest = s.oldestGap()
 		}
-		s.oldAt = min(s.oldAt, now+p.cfg.NakInterval+p.jitter())
+		s.oldAt = min(s.oldAt, now+p.nakInterval+p.jitter())
 	}
 	s.nakAt = min(s.oldAt, s.newAt)
 }
@@ -141,13 +141,13 @@ func (p *Protocol) suppress(s *sender, req *wire.XmitReq, now time.Duration) {
 		s.reqTo = max(s.reqTo, hi)
 		s.lastReq = now
 		if s.backoff == 0 {
-			s.backoff = p.cfg.NakInterval
+			s.backoff = p.nakInterval
 			s.oldest = g
 		}
 		// What was just requested is retried one interval from now, also
 		// when the backoff of older gaps grew far beyond it.
-		if s.oldAt == NoDeadline || s.oldAt > now+p.cfg.NakInterval+p.nakJitter {
-			s.oldAt = now + p.cfg.NakInterval + p.jitter()
+		if s.oldAt == NoDeadline || s.oldAt > now+p.nakInterval+p.nakJitter {
+			s.oldAt = now + p.nakInterval + p.jitter()
 		}
 		if !s.hasGapAbove(s.reqTo) {
 			s.newAt = NoDeadline

@@ -76,9 +76,11 @@ func TestRetransmissionStepping(t *testing.T) {
 }
 
 // TestNakBackoff: an unanswered gap is requested again with doubling
-// intervals up to the cap; the data cancels the timer.
+// intervals up to the cap; the data cancels the timer. (NakJitterPeers -1:
+// the whole NakInterval whatever the view; TestScaledRetry covers the
+// scaling.)
 func TestNakBackoff(t *testing.T) {
-	c := newCluster(t, func(cfg *Config) { cfg.NakJitter = -1 }, mB, mA)
+	c := newCluster(t, func(cfg *Config) { cfg.NakJitter = -1; cfg.NakJitterPeers = -1 }, mB, mA)
 	ds := c.send(mB, true, "1", "2", "3")
 	c.deliverTo(ds[0], mA)
 	c.deliverTo(ds[2], mA)
@@ -130,7 +132,7 @@ func TestSuppression(t *testing.T) {
 		c.deliverTo(d, second.self)
 	}
 	require.Equal(t, uint64(1), second.Stats().Suppressed)
-	require.Greater(t, second.senders[mB].nakAt, c.now+c.p(mA).cfg.NakInterval-1)
+	require.Greater(t, second.senders[mB].nakAt, c.now+c.p(mA).nakInterval-1)
 	// The sender repairs once, ignores the same request again within linger.
 	for _, d := range req {
 		c.deliverTo(d, mB)

@@ -216,8 +216,12 @@ type Protocol struct {
 	viewPos  map[digest.Member]int
 	lambda   float64 // truncated-exponential backoff shape for the view size
 	expm1Lam float64
-	// nakJitter is NakJitter scaled to the view size (NakJitterPeers).
-	nakJitter time.Duration
+	// nakJitter is NakJitter scaled to the view size (NakJitterPeers);
+	// nakInterval and repairLinger are NakInterval and RepairLinger
+	// scaled alike (scaledRetry).
+	nakJitter    time.Duration
+	nakInterval  time.Duration
+	repairLinger time.Duration
 
 	senders map[digest.Member]*sender
 	order   []*sender // deterministic iteration: own first
@@ -287,24 +291,26 @@ func New(cfg Config) (*Protocol, error) {
 		return nil, err
 	}
 	p := &Protocol{
-		cfg:       cfg,
-		self:      cfg.Self,
-		rng:       rand.New(rand.NewPCG(cfg.Seed, cfg.Self.ID^uint64(cfg.Self.Inc)<<32)),
-		hdr:       wire.Header{Group: cfg.Group, Sender: cfg.Self},
-		senders:   make(map[digest.Member]*sender),
-		viewPos:   make(map[digest.Member]int),
-		closed:    make(map[digest.Member]uint64),
-		nextSeq:   1,
-		fragP:     wire.MaxFragPayload(cfg.MaxDatagram),
-		maxMsg:    wire.MaxBundledMessageLen(cfg.MaxDatagram),
-		history:   digest.NewHistory(cfg.HistorySize),
-		scratch:   make([]msg, max(cfg.MaxBundle, 1024)),
-		dscr:      make([]msg, 256),
-		ranges:    make([]wire.Range, 0, cfg.MaxNakRanges),
-		budget:    cfg.RepairBudget,
-		nakJitter: cfg.NakJitter,
-		stableAt:  NoDeadline,
-		highestAt: NoDeadline,
+		cfg:          cfg,
+		self:         cfg.Self,
+		rng:          rand.New(rand.NewPCG(cfg.Seed, cfg.Self.ID^uint64(cfg.Self.Inc)<<32)),
+		hdr:          wire.Header{Group: cfg.Group, Sender: cfg.Self},
+		senders:      make(map[digest.Member]*sender),
+		viewPos:      make(map[digest.Member]int),
+		closed:       make(map[digest.Member]uint64),
+		nextSeq:      1,
+		fragP:        wire.MaxFragPayload(cfg.MaxDatagram),
+		maxMsg:       wire.MaxBundledMessageLen(cfg.MaxDatagram),
+		history:      digest.NewHistory(cfg.HistorySize),
+		scratch:      make([]msg, max(cfg.MaxBundle, 1024)),
+		dscr:         make([]msg, 256),
+		ranges:       make([]wire.Range, 0, cfg.MaxNakRanges),
+		budget:       cfg.RepairBudget,
+		nakJitter:    cfg.NakJitter,
+		nakInterval:  cfg.NakInterval,
+		repairLinger: cfg.RepairLinger,
+		stableAt:     NoDeadline,
+		highestAt:    NoDeadline,
 	}
 	p.ownPend = make([]msg, cfg.MaxBundle)
 	p.pscr = make([][]byte, 0, len(p.dscr))
@@ -396,6 +402,34 @@ func (p *Protocol) markReady(s *sender) {
 // first request reaches the others. nakJitter is NakJitter scaled to the
 // view (scaledJitter): zero with a single receiver.
 func (p *Protocol) jitter() time.Duration { return p.spread(p.nakJitter) }
+
+// scaledRetry returns NakInterval and RepairLinger for a view of n
+// members, scaled like the jitter (peerShare): the whole of them from
+// NakJitterPeers other receivers on; below, RepairLinger in proportion
+// (none in a view of two: the lone receiver's repeat is a retry, never a
+// duplicate of another receiver's request) and NakInterval in proportion
+// but at least a quarter of it (a view of two retries a lost repair
+// after NakInterval/4: 2.5ms with the engine's default 10ms, instead of
+// a full NakInterval during which the sender's retention window fills).
+func scaledRetry(c *Config, n int) (interval, linger time.Duration) {
+	num, den := peerShare(c, n)
+	interval = max(c.NakInterval*time.Duration(num)/time.Duration(den), c.NakInterval/4)
+	linger = c.RepairLinger * time.Duration(num) / time.Duration(den)
+	return interval, linger
+}
+
+// peerShare is the fraction num/den of the whole NakJitter (and the
+// scaled retry timing) that applies in a view of n members.
+func peerShare(c *Config, n int) (num, den int) {
+	peers := n - 2
+	switch {
+	case c.NakJitterPeers <= 0 || peers >= c.NakJitterPeers:
+		return 1, 1
+	case peers <= 0:
+		return 0, 1
+	}
+	return peers, c.NakJitterPeers
+}
 
 // scaledJitter returns NakJitter for a view of n members: the whole of it
 // from NakJitterPeers other receivers (n-2) on, proportionally less below,
@@ -517,11 +551,11 @@ func (p *Protocol) checkGaps(s *sender, now time.Duration) {
 	}
 	g := s.oldestGap()
 	if g <= s.reqTo {
-		if s.oldest != 0 && g != s.oldest && s.backoff > p.cfg.NakInterval {
+		if s.oldest != 0 && g != s.oldest && s.backoff > p.nakInterval {
 			// Progress: the backoff grew for a gap now filled; the new
 			// oldest gap was requested at lastReq and is retried one
 			// interval after it.
-			s.backoff = p.cfg.NakInterval
+			s.backoff = p.nakInterval
 			s.oldAt = min(s.oldAt, s.lastReq+s.backoff+p.jitter())
 		}
 		if s.oldAt == NoDeadline {
@@ -529,11 +563,11 @@ func (p *Protocol) checkGaps(s *sender, now time.Duration) {
 		}
 	}
 	if s.newAt == NoDeadline && s.hasGapAbove(s.reqTo) {
-		if s.otherTo >= max(g, s.reqTo+1) && now-s.otherAt < p.cfg.NakInterval {
+		if s.otherTo >= max(g, s.reqTo+1) && now-s.otherAt < p.nakInterval {
 			// Another member asked for it an instant ago: as if we had.
 			s.reqTo = max(s.reqTo, s.otherTo)
 			s.lastReq = s.otherAt
-			s.oldAt = min(s.oldAt, s.otherAt+p.cfg.NakInterval+p.jitter())
+			s.oldAt = min(s.oldAt, s.otherAt+p.nakInterval+p.jitter())
 			p.stats.Suppressed++
 		} else {
 			s.newAt = now + p.cfg.NakDelay + p.jitter()
@@ -541,13 +575,13 @@ func (p *Protocol) checkGaps(s *sender, now time.Duration) {
 	}
 	s.nakAt = min(s.oldAt, s.newAt)
 	if s.nakAt == NoDeadline { // nothing schedulable (cannot happen with gaps)
-		s.nakAt = now + p.cfg.NakInterval
+		s.nakAt = now + p.nakInterval
 	}
 }
 
 func (p *Protocol) nextBackoff(b time.Duration) time.Duration {
 	if b == 0 {
-		return p.cfg.NakInterval
+		return p.nakInterval
 	}
 	return min(2*b, p.cfg.NakMaxInterval)
 }
@@ -565,7 +599,7 @@ func (p *Protocol) Tick(now time.Duration) {
 		}
 		p.nakRound(s, now)
 		if s.armed && s.nakAt <= now { // never leave a deadline that does not advance
-			s.nakAt = now + p.cfg.NakInterval
+			s.nakAt = now + p.nakInterval
 		}
 		if i < len(p.armed) && p.armed[i] == s {
 			i++

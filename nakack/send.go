@@ -337,7 +337,7 @@ func (p *Protocol) repairRange(s *sender, r *repairer, rg wire.Range, now, since
 				p.stats.RepairsSuppressed++
 				continue
 			}
-			if now-st.at < p.cfg.RepairLinger {
+			if now-st.at < p.repairLinger {
 				p.stats.RepairsSkipped++
 				continue
 			}

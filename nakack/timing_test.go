@@ -109,3 +109,53 @@ func TestStableAfterRepairReportsReleased(t *testing.T) {
 	require.Equal(t, uint64(10), low(), "purged to what the repair released")
 	require.Zero(t, c.p(mB).Stats().Drops.WrongView)
 }
+
+// TestScaledRetry: the first retry interval and the repair linger scale
+// with the view like the jitter: a quarter of NakInterval and no linger in
+// a view of two, half of both in a view of three (NakJitterPeers 2), the
+// whole from four members on; NakJitterPeers -1 keeps the whole.
+func TestScaledRetry(t *testing.T) {
+	c := Config{NakInterval: 20 * time.Millisecond, RepairLinger: 8 * time.Millisecond, NakJitterPeers: 2}
+	for n, want := range map[int][2]time.Duration{
+		0: {5 * time.Millisecond, 0}, 2: {5 * time.Millisecond, 0},
+		3: {10 * time.Millisecond, 4 * time.Millisecond},
+		4: {20 * time.Millisecond, 8 * time.Millisecond}, 50: {20 * time.Millisecond, 8 * time.Millisecond},
+	} {
+		iv, lg := scaledRetry(&c, n)
+		require.Equal(t, want, [2]time.Duration{iv, lg}, "n=%d", n)
+	}
+	c.NakJitterPeers = -1
+	iv, lg := scaledRetry(&c, 2)
+	require.Equal(t, [2]time.Duration{20 * time.Millisecond, 8 * time.Millisecond}, [2]time.Duration{iv, lg})
+}
+
+// TestLoneReceiverRetriesLostRepair: in a view of two, a gap whose repair
+// is lost is asked for again NakInterval/4 after the first request, and the
+// sender answers the repeat (no linger), so the repair completes within
+// NakDelay + NakInterval/4 of the loss plus delivery.
+func TestLoneReceiverRetriesLostRepair(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.NakInterval = 20 * time.Millisecond }, mA, mB)
+	ds := c.send(mA, true, "a1", "a2", "a3")
+	c.deliverTo(ds[0], mB)
+	c.deliverTo(ds[2], mB)
+	b := c.p(mB)
+	var reqs []time.Duration
+	for range 2 {
+		c.now = b.NextDeadline()
+		b.Tick(c.now)
+		out := c.take()
+		require.Len(t, xmitRanges(t, out, mA), 1)
+		reqs = append(reqs, c.now)
+		for _, d := range out {
+			c.deliverTo(d, mA) // the sender repairs; the repair is lost (not delivered to B)
+		}
+		rep := ofType(c.take(), wire.TypeData)
+		require.Len(t, rep, 1, "the sender answers request %d", len(reqs))
+		if len(reqs) == 2 {
+			c.deliverTo(rep[0], mB)
+		}
+	}
+	require.Equal(t, 5*time.Millisecond, reqs[1]-reqs[0])
+	require.Equal(t, uint64(3), b.Stats().Received)
+	require.False(t, b.senders[mA].armed)
+}
