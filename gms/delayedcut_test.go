@@ -38,20 +38,11 @@ func TestDelayedDatagramOfCrashedSender(t *testing.T) {
 	lostSeen, atReport, refused := 0, 0, uint64(0)
 	for seed := range uint64(seeds(60, 8)) {
 		h := newRHarness(t, seed, sim.NetConfig{Jitter: 300 * time.Microsecond})
-		a, b, c, d := h.add(1), h.add(2), h.add(3), h.add(4)
-		all := []*realNode{a, b, c, d}
-		h.join(0, a)
-		h.join(60*time.Millisecond, b, c, d)
-		h.runUntil(func() bool { return rConverged(all...) && rQuiet(all...) }, 5*time.Second, "joined")
+		all := h.joinFour()
 		r := rand.New(rand.NewPCG(seed, 11))
-		victim := []*realNode{b, c, d}[r.IntN(3)]
+		victim := all[1+r.IntN(3)]
 		vm, vid := victim.self(), victim.Member()
-		var surv []*realNode
-		for _, n := range all {
-			if n != victim {
-				surv = append(surv, n)
-			}
-		}
+		surv := others(all, victim)
 		start := h.s.Now()
 		h.traffic(victim, start, start+time.Second, time.Millisecond)
 		// Hold the victim's datagrams sent in [holdAt, releaseAt); crash

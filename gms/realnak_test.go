@@ -235,6 +235,27 @@ func newRealNode(t *testing.T, s *sim.Sim, id uint64) *realNode {
 	return n
 }
 
+// joinFour adds members 1..4, member 1 founding and the others joining
+// 60ms later, and runs until they share one view and are quiet.
+func (h *rharness) joinFour() []*realNode {
+	all := []*realNode{h.add(1), h.add(2), h.add(3), h.add(4)}
+	h.join(0, all[0])
+	h.join(60*time.Millisecond, all[1:]...)
+	h.runUntil(func() bool { return rConverged(all...) && rQuiet(all...) }, 5*time.Second, "joined")
+	return all
+}
+
+// others returns ns without x.
+func others(ns []*realNode, x *realNode) []*realNode {
+	var out []*realNode
+	for _, n := range ns {
+		if n != x {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 func (h *rharness) do(at time.Duration, n *realNode, fn func(now time.Duration)) {
 	require.NoError(h.t, h.s.Do(at, n.Member(), fn))
 }

@@ -184,11 +184,7 @@ func TestSenderCrashSamePrefix(t *testing.T) {
 		// seeds were chosen: with three rounds (the default) the first 200
 		// seeds no longer make a cut with lost ranges (6 of 800 do).
 		h.tweak = func(c *Config) { c.DiscoveryRounds = 1 }
-		a, b, c, d := h.add(1), h.add(2), h.add(3), h.add(4)
-		all := []*realNode{a, b, c, d}
-		h.join(0, a)
-		h.join(60*time.Millisecond, b, c, d)
-		h.runUntil(func() bool { return rConverged(all...) && rQuiet(all...) }, 5*time.Second, "joined")
+		all := h.joinFour()
 		start := h.s.Now()
 		stop := start + 800*time.Millisecond
 		for _, n := range all {
@@ -196,15 +192,10 @@ func TestSenderCrashSamePrefix(t *testing.T) {
 		}
 		r := rand.New(rand.NewPCG(seed, 7))
 		crashAt := start + time.Duration(100+r.IntN(500))*time.Millisecond
-		victim := []*realNode{b, c, d}[r.IntN(3)]
+		victim := all[1+r.IntN(3)]
 		vm := victim.self()
 		h.s.Schedule(crashAt, func(time.Duration) { h.s.Crash(victim.Member()) })
-		var surv []*realNode
-		for _, n := range all {
-			if n != victim {
-				surv = append(surv, n)
-			}
-		}
+		surv := others(all, victim)
 		h.runUntil(func() bool { return h.s.Now() > crashAt && rConverged(surv...) && rQuiet(surv...) }, crashAt+20*time.Second, "cut closed")
 		var last *senderFold
 		for _, n := range surv {
