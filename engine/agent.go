@@ -198,6 +198,7 @@ func (a *agent) run() {
 		}()
 	}
 	spins := 0
+	var workAt time.Duration // first idle iteration since the last work
 	for {
 		select {
 		case <-m.stop:
@@ -222,6 +223,7 @@ func (a *agent) run() {
 		}
 		if work > 0 {
 			spins = 0
+			workAt = 0
 			continue
 		}
 		switch m.cfg.Idle {
@@ -243,8 +245,13 @@ func (a *agent) run() {
 			continue
 		}
 		// IdleBlock: a short burst of yields catches the next message of a
-		// busy publisher without a kernel round trip, then block.
-		if spins < 8 {
+		// busy publisher (or the next datagram of a busy sender) without a
+		// kernel round trip, then block: at least 8 yields, and yields
+		// for up to idleSpinWindow after the last work.
+		if workAt == 0 {
+			workAt = m.now()
+		}
+		if spins < 8 || m.now()-workAt < idleSpinWindow {
 			spins++
 			runtime.Gosched()
 			continue
@@ -256,6 +263,13 @@ func (a *agent) run() {
 // spinPeriod is how many idle iterations an IdleSpin agent runs between
 // yields.
 const spinPeriod = 4
+
+// idleSpinWindow is how long an IdleBlock agent keeps yielding after its
+// last work before it blocks in the kernel. A receiver that blocks between
+// datagrams arriving tens of microseconds apart costs the sender a wake-up
+// in its send path, and itself a wake-up latency, per datagram; an agent
+// whose traffic stops blocks 50us later.
+const idleSpinWindow = 50 * time.Microsecond
 
 // maxDeliverRounds bounds the delivery batches of one push-mode
 // iteration.

@@ -76,8 +76,9 @@
 // held back unless Config.BundleDelay asks), fires the protocol's timers
 // at its next deadline, and writes the protocol's outbox (sendmmsg) after
 // releasing the lock. Idle, it blocks in recvmmsg with a read deadline at
-// the next timer (IdleBlock; producers wake it through a parked flag and a
-// past deadline), yields (IdleYield) or spins (IdleSpin).
+// the next timer (IdleBlock, after yielding for 50us since its last work;
+// producers wake it through a parked flag and a past deadline), yields
+// (IdleYield) or spins (IdleSpin).
 //
 // A sender busy streaming its own messages reads its sockets at most every
 // 20us after a read found them empty (an empty read is two system calls);
