@@ -248,10 +248,11 @@ func (a *agent) run() {
 		// busy publisher (or the next datagram of a busy sender) without a
 		// kernel round trip, then block: at least 8 yields, and yields
 		// for up to idleSpinWindow after the last work.
+		now := m.now()
 		if workAt == 0 {
-			workAt = m.now()
+			workAt = now
 		}
-		if spins < 8 || m.now()-workAt < idleSpinWindow {
+		if spins < 8 || now-workAt < idleSpinWindow {
 			spins++
 			runtime.Gosched()
 			continue
