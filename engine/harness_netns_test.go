@@ -114,6 +114,29 @@ func newNetnsRun(t *testing.T, n int) *netnsRun {
 // config returns member i's default role: dynamic membership on the
 // namespaces' group, 5% receive loss, failure detection slow enough for a
 // loaded 2-core machine running several race-instrumented processes.
+// configs returns every member's configuration: members 0..senders-1
+// send n messages each, paced over pace (0: as fast as they can), and
+// every member expects n from each of them; mod, if not nil, adjusts
+// member i's afterwards.
+func (r *netnsRun) configs(senders, n int, pace time.Duration, mod func(i int, c *netnsMemberConfig)) []netnsMemberConfig {
+	cfgs := make([]netnsMemberConfig, len(r.ids))
+	for i := range cfgs {
+		c := r.config(i)
+		if i < senders {
+			c.Send = n
+			if pace > 0 {
+				c.RateLimit = netnsRate(n, pace)
+			}
+		}
+		c.Expect, c.PerSender = r.ids[:senders], n
+		if mod != nil {
+			mod(i, &c)
+		}
+		cfgs[i] = c
+	}
+	return cfgs
+}
+
 func (r *netnsRun) config(i int) netnsMemberConfig {
 	suspect := 2 * time.Second
 	if netnsRace {

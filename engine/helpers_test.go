@@ -99,6 +99,22 @@ func newRecorder(want int) *recorder {
 		hash: map[digest.Member]uint64{}, cond: make(chan struct{}), want: want, notify: make(chan struct{}, 1)}
 }
 
+// sendAndWait sends n messages of varied sizes (100..999 bytes) from m
+// and waits, at most 30s, until rec has all it wants.
+func sendAndWait(t *testing.T, m *Member, rec *recorder, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range n {
+		require.NoError(t, m.Send(ctx, payloadOf(0, i, 100+i%900)))
+	}
+	select {
+	case <-rec.cond:
+	case <-ctx.Done():
+		t.Fatalf("receiver got %d of %d", rec.total, n)
+	}
+}
+
 // signal wakes waitFor.
 func (r *recorder) signal() {
 	select {

@@ -50,16 +50,7 @@ func TestNetnsExactDelivery(t *testing.T) {
 	r := newNetnsRun(t, members)
 	ctx, cancel := context.WithTimeout(context.Background(), netnsTimeout())
 	defer cancel()
-	var cfgs []netnsMemberConfig
-	for i := range members {
-		c := r.config(i)
-		if i < senders {
-			c.Send = n
-		}
-		c.Expect, c.PerSender = r.ids[:senders], n
-		cfgs = append(cfgs, c)
-	}
-	ps := r.startJoined(ctx, cfgs...)
+	ps := r.startJoined(ctx, r.configs(senders, n, 0, nil)...)
 	id, _ := r.waitView(ctx, ps)
 	t.Logf("view %v installed at every member", id)
 	for _, p := range ps[:senders] {
@@ -91,16 +82,7 @@ func TestNetnsReceiverKilled(t *testing.T) {
 	r := newNetnsRun(t, members)
 	ctx, cancel := context.WithTimeout(context.Background(), netnsTimeout())
 	defer cancel()
-	var cfgs []netnsMemberConfig
-	for i := range members {
-		c := r.config(i)
-		if i < senders {
-			c.Send, c.RateLimit = n, netnsRate(n, 2*time.Second)
-		}
-		c.Window = 256
-		c.Expect, c.PerSender = r.ids[:senders], n
-		cfgs = append(cfgs, c)
-	}
+	cfgs := r.configs(senders, n, 2*time.Second, func(_ int, c *netnsMemberConfig) { c.Window = 256 })
 	ps := r.startJoined(ctx, cfgs...)
 	r.waitView(ctx, ps)
 	for _, p := range ps[:senders] {
@@ -148,20 +130,13 @@ func TestNetnsSenderKilled(t *testing.T) {
 	r := newNetnsRun(t, members)
 	ctx, cancel := context.WithTimeout(context.Background(), netnsTimeout())
 	defer cancel()
-	var cfgs []netnsMemberConfig
-	for i := range members {
-		c := r.config(i)
-		switch i {
-		case 0:
-			c.Send, c.RateLimit = n, netnsRate(n, 2*time.Second)
-		case victim:
+	cfgs := r.configs(1, n, 2*time.Second, func(i int, c *netnsMemberConfig) {
+		if i == victim {
 			// Small messages: seqno = index+1, so a lost range maps to
 			// message indices.
 			c.Send, c.Small, c.RateLimit = -1, true, netnsRate(n, 2*time.Second)
 		}
-		c.Expect, c.PerSender = r.ids[:1], n
-		cfgs = append(cfgs, c)
-	}
+	})
 	ps := r.startJoined(ctx, cfgs...)
 	r.waitView(ctx, ps)
 	ps[0].command(r, "go")
@@ -224,16 +199,7 @@ func TestNetnsLateJoinerState(t *testing.T) {
 	r := newNetnsRun(t, members)
 	ctx, cancel := context.WithTimeout(context.Background(), netnsTimeout())
 	defer cancel()
-	var cfgs []netnsMemberConfig
-	for i := range members {
-		c := r.config(i)
-		if i < senders {
-			c.Send, c.RateLimit = n, netnsRate(n, 3*time.Second)
-		}
-		c.FetchState = i == joiner
-		c.Expect, c.PerSender = r.ids[:senders], n
-		cfgs = append(cfgs, c)
-	}
+	cfgs := r.configs(senders, n, 3*time.Second, func(i int, c *netnsMemberConfig) { c.FetchState = i == joiner })
 	ps := r.startJoined(ctx, cfgs[:joiner]...)
 	r.waitView(ctx, ps)
 	for _, p := range ps[:senders] {

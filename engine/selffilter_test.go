@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
@@ -24,16 +23,7 @@ func TestSenderDoesNotReadOwnData(t *testing.T) {
 			c.Handler = rec
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for i := range n {
-		require.NoError(t, ms[0].Send(ctx, payloadOf(0, i, 100+i%900)))
-	}
-	select {
-	case <-rec.cond:
-	case <-ctx.Done():
-		t.Fatalf("receiver got %d of %d", rec.total, n)
-	}
+	sendAndWait(t, ms[0], rec, n)
 	s := ms[0].Stats()
 	require.Positive(t, s.Bundles)
 	require.Zero(t, s.Drops.Self, "the sender read its own data datagrams")

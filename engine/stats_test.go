@@ -26,16 +26,7 @@ func TestStatsRepairAndPeerLag(t *testing.T) {
 			c.LossSeed = 3
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for i := range n {
-		require.NoError(t, ms[0].Send(ctx, payloadOf(0, i, 100+i%900)))
-	}
-	select {
-	case <-rec.cond:
-	case <-ctx.Done():
-		t.Fatalf("receiver got %d of %d", rec.total, n)
-	}
+	sendAndWait(t, ms[0], rec, n)
 
 	r := ms[1].Stats()
 	require.Positive(t, r.Drops.Injected)
@@ -56,6 +47,8 @@ func TestStatsRepairAndPeerLag(t *testing.T) {
 
 	// The coordinator (member 0) has member 1's own report; it reaches 0
 	// lag once member 1's STABLE after its last delivery arrived.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	var s Stats
 	require.NoError(t, pollUntil(ctx, func() bool {
 		s = ms[0].Stats()
