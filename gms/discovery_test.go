@@ -24,6 +24,22 @@ func founders(ns []*node) []*node {
 	return f
 }
 
+// startTogether adds 2..5 members with random ids, each allowed to found
+// (CreateGroup), and starts their joins at random times within spreadMs
+// milliseconds.
+func startTogether(h *harness, r *rand.Rand, spreadMs int) []*node {
+	h.tweak = func(c *Config) { c.CreateGroup = true }
+	n := 2 + r.IntN(4)
+	var ns []*node
+	for _, id := range r.Perm(1000)[:n] {
+		ns = append(ns, h.add(uint64(id)+1))
+	}
+	for _, x := range ns {
+		h.join(time.Duration(r.IntN(spreadMs))*time.Millisecond, x)
+	}
+	return ns
+}
+
 // TestConcurrentStartersOneGroup (simulator): 2 to 5 members that may all
 // found a group (CreateGroup) start within one discovery round of each
 // other, with random ids: exactly one founds (they hear each other's
@@ -34,15 +50,7 @@ func TestConcurrentStartersOneGroup(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 17))
 			h := newHarness(t, seed, sim.NetConfig{Latency: 200 * time.Microsecond, Jitter: time.Millisecond})
-			h.tweak = func(c *Config) { c.CreateGroup = true }
-			n := 2 + r.IntN(4)
-			var ns []*node
-			for _, id := range r.Perm(1000)[:n] {
-				ns = append(ns, h.add(uint64(id)+1))
-			}
-			for _, x := range ns {
-				h.join(time.Duration(r.IntN(50))*time.Millisecond, x)
-			}
+			ns := startTogether(h, r, 50)
 			h.runUntil(func() bool { return converged(ns...) && quiet(ns...) }, 5*time.Second, "one view")
 			f := founders(ns)
 			require.Len(t, f, 1, "seed %d: founders %v", seed, f)
@@ -67,15 +75,7 @@ func TestConcurrentStartersUnderLoss(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 19))
 			h := newHarness(t, seed, lossyNet(seed, 0.3))
-			h.tweak = func(c *Config) { c.CreateGroup = true }
-			n := 2 + r.IntN(4)
-			var ns []*node
-			for _, id := range r.Perm(1000)[:n] {
-				ns = append(ns, h.add(uint64(id)+1))
-			}
-			for _, x := range ns {
-				h.join(time.Duration(r.IntN(200))*time.Millisecond, x)
-			}
+			ns := startTogether(h, r, 200)
 			h.runUntil(func() bool { return converged(ns...) && quiet(ns...) }, 20*time.Second, "one view")
 			if len(founders(ns)) > 1 {
 				merged++
