@@ -49,6 +49,7 @@ type agent struct {
 	// send side
 	pend        []pubSlot     // polled from the ring, not yet accepted by Send
 	pls         [][]byte      // scratch: the payloads of a run handed to SendBatch
+	burst       int           // datagrams bundled before an iteration writes them (the batch size)
 	sending     bool          // the last iteration handed messages to the protocol
 	readAt      time.Duration // a busy sender's next read (see busyReadInterval)
 	pendFirst   uint64
@@ -135,6 +136,7 @@ func (a *agent) init(m *Member) {
 	a.pend = make([]pubSlot, min(1024, m.cfg.RingCapacity))
 	a.pls = make([][]byte, 0, len(a.pend))
 	a.rw.init(2 * bs)
+	a.burst = bs
 	a.dedicated = m.cfg.Threading == ThreadingDedicated
 	if a.dedicated {
 		a.sw.init(2 * bs)
@@ -677,6 +679,17 @@ func (a *agent) drainSend(now time.Duration) int {
 		if held {
 			return work + a.flushHeld(now)
 		}
+		if len(p.Outbox()) >= a.burst {
+			// A write batch's worth of datagrams: write them before
+			// bundling more (the ring is not idle, so the open bundle
+			// stays open). Without this bound one iteration bundled
+			// what the producers kept adding, up to a whole retention
+			// window, before writing any of it or delivering the
+			// member's own messages: on a veth bridge an iteration took
+			// 5-20 ms, and stability, which waits for the sender's own
+			// deliveries, stalled the window every 20 ms.
+			return work
+		}
 	}
 	if a.unflushed && (m.cfg.BundleDelay == 0 || now-a.bundleAt >= m.cfg.BundleDelay) {
 		p.Flush(now)
@@ -758,6 +771,7 @@ type wbatch struct {
 	q    []*wire.Buffer
 	b    [][]byte
 	dsts []netip.AddrPort
+	max  int // the largest batch written (tests)
 }
 
 func (w *wbatch) init(n int) {
@@ -830,6 +844,7 @@ func (a *agent) write(w *wbatch) {
 		m.wmu.Unlock()
 	}
 	m.ctr.datagramsOut.Add(uint64(n))
+	w.max = max(w.max, len(w.q))
 	if err != nil && !errors.Is(err, transport.ErrClosed) {
 		m.ctr.socketErrors.Add(1)
 		m.ctr.dropSendFailed.Add(uint64(len(w.q) - n))
