@@ -13,6 +13,12 @@ type reassembly struct {
 	active   bool
 	skipTo   uint64 // fragments up to here belong to a message reported lost
 	reported uint64 // highest seqno reported lost
+	// joinedAt is where a join digest started this window (0: not
+	// started by a join; seqnos start at 1). A message whose fragment 0
+	// is at or below it began before this member joined: it was never
+	// promised to this member, so its remaining fragments, and lost runs
+	// known to lie inside it, are dropped silently (see doc.go).
+	joinedAt uint64
 }
 
 func (r *reassembly) reset() {
@@ -20,6 +26,7 @@ func (r *reassembly) reset() {
 	r.buf = r.buf[:0]
 	r.skipTo = 0
 	r.reported = 0
+	r.joinedAt = 0
 }
 
 // Poll delivers, in per-sender order, up to limit seqnos: each held message
@@ -137,6 +144,11 @@ func (p *Protocol) deliver(s *sender, h Handler, seq uint64, m msg) {
 	if seq <= r.skipTo {
 		return // part of a message already reported lost
 	}
+	if first <= r.joinedAt && !r.active {
+		// The tail of a message that began before this member joined
+		// (the join digest ends inside it): skipped, never reported.
+		return
+	}
 	if m.fi == 0 {
 		if r.active {
 			p.stats.Drops.Reassembly += uint64(r.next)
@@ -168,13 +180,21 @@ func (p *Protocol) deliver(s *sender, h Handler, seq uint64, m msg) {
 // and without repeating what was already reported.
 func (p *Protocol) reportLost(s *sender, h Handler, from, to uint64) {
 	r := &s.reasm
-	if r.active { // the lost run cuts the message being reassembled
+	wasActive := r.active
+	if wasActive { // the lost run cuts the message being reassembled
 		from = min(from, r.first)
 		r.active = false
 	}
 	if s.win != nil {
 		if m, ok := s.win.Get(to + 1); ok && m.fc != 0 && m.fi != 0 {
-			last := to + 1 - uint64(m.fi) + uint64(m.fc) - 1
+			first := to + 1 - uint64(m.fi)
+			last := first + uint64(m.fc) - 1
+			if first <= r.joinedAt && !wasActive {
+				// The run lies inside a message that began before this
+				// member joined (it starts above the join point, the
+				// message at or below it): skipped with the message.
+				return
+			}
 			to = last
 		}
 	}

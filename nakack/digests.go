@@ -161,7 +161,7 @@ func (p *Protocol) installView(v View, d digest.Digest, merge bool, now time.Dur
 			if merge {
 				p.mergeEntry(e, now)
 			} else {
-				p.newWindow(e, now)
+				p.joinWindow(e, now)
 			}
 			continue
 		}
@@ -190,16 +190,26 @@ func (p *Protocol) newWindow(e digest.Entry, now time.Duration) *sender {
 	return s
 }
 
+// joinWindow creates a window from a join digest entry (newWindow): a
+// message that began at or before e's delivered value (its fragment 0 at
+// or below it) was never promised to this member, so its tail fragments
+// beyond the join point are skipped silently (reassembly.joinedAt).
+func (p *Protocol) joinWindow(e digest.Entry, now time.Duration) {
+	s := p.newWindow(e, now)
+	s.reasm.joinedAt = e.Delivered
+}
+
 // SetDigest (join) creates windows for the senders in d that have none,
-// starting at d's delivered value; existing windows and the own entry are
-// left alone.
+// starting at d's delivered value (a message the digest ends inside is
+// skipped, see joinWindow); existing windows and the own entry are left
+// alone.
 func (p *Protocol) SetDigest(d digest.Digest, now time.Duration) {
 	for i := range d.Len() {
 		e := d.At(i)
 		if e.Member == p.self || p.senders[e.Member] != nil {
 			continue
 		}
-		p.newWindow(e, now)
+		p.joinWindow(e, now)
 	}
 	p.history.Add(now, "set digest", d)
 	p.drainPending(now)
@@ -372,6 +382,11 @@ func (p *Protocol) OverwriteDigest(d digest.Digest, now time.Duration) error {
 		w := s.window()
 		target := p.overwriteTarget(s, e)
 		hd := w.Delivered()
+		// The installed state, not a join, now decides what this member
+		// is owed: the tail of a message that began before the join is
+		// no longer skipped silently (reported lost if it cannot be
+		// delivered, as after any overwrite).
+		s.reasm.joinedAt = 0
 		switch {
 		case target < hd:
 			if err := w.Rewind(target); err != nil { // checked above: cannot happen

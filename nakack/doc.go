@@ -222,6 +222,27 @@
 // message; and a rounded cut would still have to report the fragments a
 // survivor received below it.
 //
+// A join digest may likewise end inside a fragmented message: the
+// coordinator had consumed its first fragments, not its last. The joiner
+// was not a member when that message began and is not owed it (as in
+// JGroups, a joiner delivers from its digest on): Poll drops the
+// message's fragments above the join point silently, reports nothing
+// lost for them and goes on with the sender's next message; nothing at or
+// below the join point is ever requested. A gap above the join point is
+// requested like any other (the window cannot tell it belongs to that
+// message before it holds a later fragment of it); a lost run (declared at
+// a cut, or from a merge) that a held fragment after it shows to lie
+// inside the message is skipped with it, one it cannot attribute is
+// reported as usual. The decision depends only on the digest's delivered
+// value and the fragments' headers, so every joiner given the same digest
+// delivers and reports the same. It applies only to windows a join digest
+// created (InstallView's join digest, SetDigest); elsewhere (an existing
+// member's window, one a merge or OverwriteDigest created) a fragment
+// whose message's start was never consumed still has that whole message
+// reported lost, from its first fragment. OverwriteDigest ends the rule
+// for every window it sets: the installed state, not the join, then
+// decides what the member is owed.
+//
 // InstallMergeView installs a merge view and its digest in one step
 // (design.md, "Merges"): a member of the other partition whose window was
 // closed after a cut resumes at the remembered delivered point, one never
