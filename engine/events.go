@@ -20,9 +20,10 @@ const (
 	EventLost
 	// EventSuspect: this member suspects Sender (a member of View) of
 	// having failed: silent for Config.SuspectTimeout and its probe
-	// unanswered. The coordinator excludes it (an EventView follows).
-	// Reported once per suspicion, by the members that suspect it
-	// themselves (Stats.Suspicions counts them).
+	// unanswered. The coordinator excludes it (an EventView follows), or,
+	// if it is heard from again first, the suspicion is withdrawn
+	// (EventUnsuspect). Reported once per suspicion, by the members that
+	// suspect it themselves (Stats.Suspicions counts them).
 	EventSuspect
 	// EventLagging: Sender (this member: the application is not
 	// consuming) has From messages of some sender received but not
@@ -38,6 +39,13 @@ const (
 	// EventState: a state transfer completed (Err nil: the state was
 	// installed through Config.SetState) or gave up (Err).
 	EventState
+	// EventUnsuspect: this member withdraws its suspicion of Sender (an
+	// EventSuspect came before): Sender, still a member of View, was heard
+	// from again, and this member no longer reports it. Another member's
+	// report may still have it excluded (an EventView follows). A
+	// coordinator that has already queued the suspect's exclusion keeps
+	// its suspicion (no EventUnsuspect). Stats.Unsuspicions counts them.
+	EventUnsuspect
 )
 
 // String names the kind.
@@ -55,6 +63,8 @@ func (k EventKind) String() string {
 		return "left"
 	case EventState:
 		return "state"
+	case EventUnsuspect:
+		return "unsuspect"
 	}
 	return "unknown"
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/gms"
 	"github.com/stretchr/testify/require"
 )
 
@@ -100,4 +101,31 @@ func TestLaggingEvent(t *testing.T) {
 	require.Greater(t, s.Backlog, uint64(128))
 	for n := 0; n < 200; n += ms[1].Poll(newRecorder(-1), 64) {
 	}
+}
+
+// TestSuspicionEvents: the gms listener turns Suspected and Unsuspected
+// into EventSuspect and EventUnsuspect naming the suspect and the
+// installed view, in order, and counts each (Stats.Suspicions,
+// Stats.Unsuspicions).
+func TestSuspicionEvents(t *testing.T) {
+	ids := testMembers(3)
+	var m Member
+	m.view = gms.View{ID: digest.ViewID{Coord: ids[0], Counter: 4},
+		Members: []gms.Peer{{Member: ids[0]}, {Member: ids[1]}, {Member: ids[2]}}}
+	l := (*listener)(&m)
+	l.Suspected(ids[1])
+	l.Unsuspected(ids[1])
+	l.Suspected(ids[1])
+	var evs [4]Event
+	require.Equal(t, 3, m.PollEvents(evs[:]))
+	vid := m.view.ID
+	require.Equal(t, []Event{
+		{Kind: EventSuspect, Sender: ids[1], View: vid},
+		{Kind: EventUnsuspect, Sender: ids[1], View: vid},
+		{Kind: EventSuspect, Sender: ids[1], View: vid},
+	}, evs[:3])
+	require.Equal(t, uint64(2), m.ctr.suspicions.Load())
+	require.Equal(t, uint64(1), m.ctr.unsuspicions.Load())
+	require.Equal(t, "suspect", EventSuspect.String())
+	require.Equal(t, "unsuspect", EventUnsuspect.String())
 }

@@ -172,6 +172,14 @@ func (l *listener) Suspected(mem digest.Member) {
 	m.events.push(Event{Kind: EventSuspect, Sender: mem, View: m.view.ID})
 }
 
+// Unsuspected implements gms.Listener: this member withdraws its suspicion
+// of mem, heard from again while still a member of the installed view.
+func (l *listener) Unsuspected(mem digest.Member) {
+	m := (*Member)(l)
+	m.ctr.unsuspicions.Add(1)
+	m.events.push(Event{Kind: EventUnsuspect, Sender: mem, View: m.view.ID})
+}
+
 // StateInstalled implements gms.Listener.
 func (l *listener) StateInstalled(err error) {
 	m := (*Member)(l)

@@ -38,6 +38,7 @@ type counters struct {
 	dropNotJoined        atomic.Uint64
 	dropBadAddress       atomic.Uint64
 	suspicions           atomic.Uint64
+	unsuspicions         atomic.Uint64
 }
 
 // Drops counts dropped datagrams (or messages, where noted) by reason.
@@ -135,9 +136,11 @@ type Stats struct {
 	// LaggingEpisodes counts EventLagging reports (backlog above Window/2).
 	Backlog         uint64
 	LaggingEpisodes uint64
-	// Suspicions counts EventSuspect reports; MembershipIn the membership
-	// datagrams received (dynamic membership).
+	// Suspicions counts EventSuspect reports, Unsuspicions EventUnsuspect
+	// reports (suspicions withdrawn); MembershipIn the membership datagrams
+	// received (dynamic membership).
 	Suspicions   uint64
+	Unsuspicions uint64
 	MembershipIn uint64
 	Drops        Drops
 	// View is the installed view (zero while not in one) and Members its
@@ -212,6 +215,7 @@ func (m *Member) Stats() Stats {
 		Backlog:              m.ctr.backlog.Load(),
 		LaggingEpisodes:      m.ctr.laggingEpisodes.Load(),
 		Suspicions:           m.ctr.suspicions.Load(),
+		Unsuspicions:         m.ctr.unsuspicions.Load(),
 		MembershipIn:         m.ctr.membershipIn.Load(),
 		View:                 view.ID,
 		Members:              append([]digest.Member(nil), view.Members...),

@@ -59,7 +59,11 @@
 // suspected: the coordinator excludes it. If the coordinator itself is
 // suspected, the first member of the view that is not suspected takes over
 // with a view that excludes it. The driver learns of each of this member's
-// suspicions through Listener.Suspected, before gms acts on it.
+// suspicions through Listener.Suspected, before gms acts on it. A suspicion
+// is withdrawn (Listener.Unsuspected; the member is no longer reported and
+// is watched again) when this member hears from the suspect again while it
+// is still in the view, unless this member, as coordinator, has already
+// queued its exclusion: then the exclusion goes ahead.
 //
 // When a view excludes a sender the coordinator fixes its cut (design.md,
 // "Crashed senders"): it collects from every survivor its delivered,

@@ -18,6 +18,9 @@ type fdState struct {
 	lastHeard map[digest.Member]time.Duration
 	probing   map[digest.Member]time.Duration // probe deadline
 	suspected map[digest.Member]bool
+	// quiet is, for each suspect, lastHeard when it was suspected: a
+	// later lastHeard means we heard from it again (unsuspect).
+	quiet     map[digest.Member]time.Duration
 	nextHB    time.Duration
 	nextCheck time.Duration
 	resendAt  time.Duration // next resend of our suspicions
@@ -29,6 +32,7 @@ func (f *fdState) init() {
 		lastHeard: make(map[digest.Member]time.Duration),
 		probing:   make(map[digest.Member]time.Duration),
 		suspected: make(map[digest.Member]bool),
+		quiet:     make(map[digest.Member]time.Duration),
 	}
 }
 
@@ -45,6 +49,7 @@ func (f *fdState) viewChanged(v View, now time.Duration) {
 			delete(f.lastHeard, m)
 			delete(f.probing, m)
 			delete(f.suspected, m)
+			delete(f.quiet, m)
 		}
 	}
 	for _, p := range v.Members {
@@ -57,8 +62,9 @@ func (f *fdState) viewChanged(v View, now time.Duration) {
 	}
 }
 
-// tickFD sends heartbeats, probes silent members and suspects those whose
-// probe went unanswered.
+// tickFD sends heartbeats, probes silent members, suspects those whose
+// probe went unanswered and withdraws the suspicion of those heard from
+// again.
 func (g *GMS) tickFD(now time.Duration) {
 	f := &g.fd
 	if now < f.nextCheck {
@@ -76,7 +82,13 @@ func (g *GMS) tickFD(now time.Duration) {
 	newSuspect := false
 	for _, p := range g.view.Members {
 		m := p.Member
-		if m == g.self.Member || f.suspected[m] {
+		if m == g.self.Member {
+			continue
+		}
+		if f.suspected[m] {
+			if f.lastHeard[m] > f.quiet[m] {
+				g.unsuspect(m)
+			}
 			continue
 		}
 		if dl, ok := f.probing[m]; ok {
@@ -84,6 +96,7 @@ func (g *GMS) tickFD(now time.Duration) {
 				delete(f.probing, m)
 				if f.lastHeard[m] < dl-g.cfg.ProbeTimeout {
 					f.suspected[m] = true
+					f.quiet[m] = f.lastHeard[m]
 					g.stats.Suspicions++
 					newSuspect = true
 					g.log.Info("gms: suspect", "self", g.self.Member, "member", m)
@@ -107,6 +120,27 @@ func (g *GMS) tickFD(now time.Duration) {
 		g.actOnSuspects(now)
 	}
 	f.nextCheck = now + g.fdInterval()
+}
+
+// unsuspect withdraws this member's suspicion of m, a member of the
+// installed view heard from again since it was suspected (any membership
+// datagram from it: heartbeat, probe answer, ...). m is no longer reported
+// (the resends of actOnSuspects, which follow in the same tickFD, leave it
+// out) and is watched again like any member: a new silence makes a new
+// suspicion. A coordinator (or a member taking over) that has queued m's
+// exclusion keeps the suspicion: the exclusion goes ahead and the view
+// without m ends it.
+func (g *GMS) unsuspect(m digest.Member) {
+	if g.IsCoordinator() && slices.Contains(g.coord.excl, m) {
+		return
+	}
+	delete(g.fd.suspected, m)
+	delete(g.fd.quiet, m)
+	delete(g.fd.probing, m)
+	g.log.Info("gms: unsuspect", "self", g.self.Member, "member", m)
+	if g.cfg.Listener != nil {
+		g.cfg.Listener.Unsuspected(m)
+	}
 }
 
 func (g *GMS) fdInterval() time.Duration {

@@ -98,11 +98,12 @@ type node struct {
 	left   []error
 	states []error
 	susp   []suspicion
+	unsusp []suspicion
 	rejoin bool
 }
 
-// suspicion is one Listener.Suspected call: the member named and the view
-// installed when it was made.
+// suspicion is one Listener.Suspected (or Unsuspected) call: the member
+// named and the view installed when it was made.
 type suspicion struct {
 	m    digest.Member
 	view View
@@ -113,6 +114,10 @@ type harness struct {
 	s     *sim.Sim
 	nodes []*node
 	tweak func(*Config)
+	// drop, if set, discards a datagram from→to on arrival, before to's
+	// Receive: one-way or per-type outages the network model has no
+	// knob for.
+	drop func(from, to digest.Member, b []byte) bool
 }
 
 func newHarness(t testing.TB, seed uint64, net sim.NetConfig) *harness {
@@ -157,6 +162,9 @@ func (n *node) StateInstalled(err error) { n.states = append(n.states, err) }
 func (n *node) Suspected(m digest.Member) {
 	n.susp = append(n.susp, suspicion{m, n.g.View()})
 }
+func (n *node) Unsuspected(m digest.Member) {
+	n.unsusp = append(n.unsusp, suspicion{m, n.g.View()})
+}
 func (n *node) Left(err error) {
 	n.left = append(n.left, err)
 	n.p = nil
@@ -175,6 +183,9 @@ func (n *node) cur() *fakeProto {
 }
 
 func (n *node) Receive(from digest.Member, b []byte, now time.Duration) {
+	if n.h.drop != nil && n.h.drop(from, n.Member(), b) {
+		return
+	}
 	if len(b) > 0 && b[0] == fakeMagic {
 		if p := n.cur(); p != nil {
 			p.receive(b, now)

@@ -33,6 +33,7 @@ type realNode struct {
 	left   []error
 	states []error
 	susp   []suspicion
+	unsusp []suspicion
 	rejoin bool
 }
 
@@ -104,6 +105,9 @@ func (n *realNode) ViewInstalled(v View)     { n.views = append(n.views, v) }
 func (n *realNode) StateInstalled(err error) { n.states = append(n.states, err) }
 func (n *realNode) Suspected(m digest.Member) {
 	n.susp = append(n.susp, suspicion{m, n.g.View()})
+}
+func (n *realNode) Unsuspected(m digest.Member) {
+	n.unsusp = append(n.unsusp, suspicion{m, n.g.View()})
 }
 func (n *realNode) Left(err error) {
 	n.left = append(n.left, err)

@@ -13,10 +13,13 @@ import (
 // requireSuspicions checks what one surviving node reported through
 // Listener.Suspected after victim crashed: every suspicion names victim,
 // in a view that still contained it (the view the suspicion was made in),
-// at most once, and the calls match the node's Suspicions counter. It
-// returns whether the node suspected victim.
-func requireSuspicions(t *testing.T, seed, id uint64, susp []suspicion, count uint64, victim digest.Member) bool {
+// at most once, and the calls match the node's Suspicions counter; and
+// that it withdrew none (unsusp: its Unsuspected calls): the suspicion
+// ended with the view that excluded victim. It returns whether the node
+// suspected victim.
+func requireSuspicions(t *testing.T, seed, id uint64, susp, unsusp []suspicion, count uint64, victim digest.Member) bool {
 	t.Helper()
+	require.Empty(t, unsusp, "seed %d node %d: a suspicion of a crashed member withdrawn", seed, id)
 	require.Equal(t, count, uint64(len(susp)), "seed %d node %d: one Suspected call per counted suspicion", seed, id)
 	for _, s := range susp {
 		require.Equal(t, victim, s.m, "seed %d node %d: suspected a live member (view %v)", seed, id, s.view)
@@ -30,8 +33,8 @@ func requireSuspicions(t *testing.T, seed, id uint64, susp []suspicion, count ui
 // (the coordinator in some seeds) crashes under loss; gms names it to the
 // survivors' listeners (at least one survivor suspects it, none suspects a
 // live member, each suspicion is named once, in the view it was made in,
-// before the view that excludes it); a later graceful leave is no
-// suspicion.
+// before the view that excludes it, and never withdrawn); a later
+// graceful leave is no suspicion.
 func TestSuspectedNamesTheCrashed(t *testing.T) {
 	coordSeen := false
 	for seed := range uint64(seeds(60, 12)) {
@@ -60,7 +63,7 @@ func TestSuspectedNamesTheCrashed(t *testing.T) {
 				crashAt+10*time.Second, "crashed member excluded")
 			suspected := 0
 			for _, n := range surv {
-				if requireSuspicions(t, seed, n.id, n.susp, n.g.Stats().Suspicions, vm) {
+				if requireSuspicions(t, seed, n.id, n.susp, n.unsusp, n.g.Stats().Suspicions, vm) {
 					suspected++
 					// Named before the view that excludes it: the view
 					// recorded with the suspicion still had it, and a view
@@ -89,6 +92,7 @@ func TestSuspectedNamesTheCrashed(t *testing.T) {
 			require.NoError(t, leaver.left[0])
 			for _, n := range surv {
 				require.Len(t, n.susp, before[n.id], "seed %d node %d: a leave reported as a suspicion", seed, n.id)
+				require.Empty(t, n.unsusp, "seed %d node %d", seed, n.id)
 			}
 			h.noErrors()
 		})
@@ -98,7 +102,8 @@ func TestSuspectedNamesTheCrashed(t *testing.T) {
 
 // TestSuspectedRealNakack: the same on the real nakack under traffic: a
 // member (the coordinator in some seeds) crashes while everyone sends;
-// the survivors name it and nobody else, and end in one view without it.
+// the survivors name it and nobody else, never withdraw it, and end in
+// one view without it.
 func TestSuspectedRealNakack(t *testing.T) {
 	for seed := range uint64(seeds(30, 6)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
@@ -126,7 +131,7 @@ func TestSuspectedRealNakack(t *testing.T) {
 				crashAt+20*time.Second, "crashed member excluded")
 			suspected := 0
 			for _, n := range surv {
-				if requireSuspicions(t, seed, n.id, n.susp, n.g.Stats().Suspicions, vm) {
+				if requireSuspicions(t, seed, n.id, n.susp, n.unsusp, n.g.Stats().Suspicions, vm) {
 					suspected++
 				}
 				require.False(t, n.g.View().Contains(vm))

@@ -193,10 +193,22 @@ type Listener interface {
 	// its probe unanswered within Config.ProbeTimeout; Stats.Suspicions
 	// counts these calls), before gms acts on it: a view that excludes m
 	// may be installed later in the same entry point. Suspicions reported
-	// by other members are not this member's and are not passed on. gms
-	// never withdraws a suspicion: it ends when a view without m is
-	// installed or when this member leaves the group.
+	// by other members are not this member's and are not passed on. A
+	// suspicion ends when a view without m is installed, when this member
+	// leaves the group, or when it is withdrawn (Unsuspected).
 	Suspected(m digest.Member)
+	// Unsuspected is called once when this member withdraws its suspicion
+	// of m: m is still a member of the installed view and this member has
+	// heard from it again (any membership datagram: heartbeat, probe
+	// answer, ...), which gms notices at its next failure-detection check
+	// (within min(HeartbeatInterval, ProbeTimeout/2, ViewAckTimeout)),
+	// from Tick. This member stops reporting m and watches it again: a new
+	// silence makes a new Suspected call. Every Unsuspected follows a
+	// Suspected for the same m. A suspicion whose exclusion this member has
+	// already queued as coordinator is not withdrawn (the exclusion goes
+	// ahead), and another member's report may still have m excluded after
+	// this call: a view without m then follows.
+	Unsuspected(m digest.Member)
 }
 
 // Errors callers branch on.
