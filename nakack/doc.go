@@ -241,7 +241,14 @@
 // whose message's start was never consumed still has that whole message
 // reported lost, from its first fragment. OverwriteDigest ends the rule
 // for every window it sets: the installed state, not the join, then
-// decides what the member is owed.
+// decides what the member is owed. Known limit: a state transfer digest
+// may end inside a fragmented message the provider is still reassembling
+// (a window's delivered counts the fragments consumed). The provider's
+// state lacks that message and the provider delivers it afterwards; the
+// requester, set to a point inside it, cannot, and reports it lost (whole,
+// once), so the two differ by that message, reported. Closing it needs
+// digests and STABLE that stop at message boundaries (the fragments would
+// then stay retained for the requester to fetch), outside this rule.
 //
 // InstallMergeView installs a merge view and its digest in one step
 // (design.md, "Merges"): a member of the other partition whose window was

@@ -219,3 +219,84 @@ func TestJoinInsideFragmentedMessageCut(t *testing.T) {
 		})
 	}
 }
+
+// TestJoinThenOverwriteInsideFragmentedMessage: the joiner D started
+// inside M (d = 4) and installs a state transfer digest from A, which is
+// also inside M (at 5: A has not delivered M, so its state lacks M, and
+// A delivers M after it). The state, not the join, now decides: D cannot
+// deliver M (it never had its start), so it reports M lost (3..7) once
+// rather than skipping it silently, and delivers 8. Whether D had
+// skipped fragment 5 already (the digest at its own point, nothing
+// moves) or not (it skips to 5) makes no difference.
+func TestJoinThenOverwriteInsideFragmentedMessage(t *testing.T) {
+	for _, dHolds5 := range []bool{false, true} {
+		t.Run(fmt.Sprint(dHolds5), func(t *testing.T) {
+			c, ds, dig := joinFragCluster(t, 4)
+			c.addJoiners(dig, mD)
+			c.deliverTo(dataOf(t, ds, 5), mA)
+			if dHolds5 {
+				c.deliverTo(dataOf(t, ds, 5), mD)
+			}
+			c.poll()
+			id, st := c.p(mA).CaptureDigest("state to D", c.now)
+			e, _ := st.Lookup(mC)
+			require.Equal(t, uint64(5), e.Delivered)
+			require.NoError(t, c.p(mD).CheckOverwrite(st))
+			require.NoError(t, c.p(mD).OverwriteDigest(st, c.now))
+			require.True(t, c.p(mA).ReleaseCapture(id))
+			for s := uint64(6); s <= 8; s++ {
+				c.deliverTo(dataOf(t, ds, s), mA)
+				c.deliverTo(dataOf(t, ds, s), mD)
+			}
+			c.run(c.now+time.Second, nil)
+			checkExisting(t, c)
+			require.Equal(t, []uint64{8}, c.rec(mD).seqs(mC))
+			require.Equal(t, []lostEvent{{mC, 3, 7}}, c.rec(mD).lostOf(mC))
+			ew, _ := c.p(mD).WindowState(mC)
+			require.Equal(t, uint64(8), ew.Delivered)
+		})
+	}
+}
+
+// TestOverwriteInsideFragmentedMessage: an existing member B installs a
+// state transfer digest from A that ends inside M (A delivered up to 4,
+// so its state lacks M and A delivers M after it), B being behind M,
+// inside it or past it. Known limit (doc.go): B cannot deliver M from
+// the digest's point, so it reports M lost (3..7) once, never a part of
+// it, and goes on with 8; the states differ by M, reported. Windows not
+// created by a join are unchanged by the join rule.
+func TestOverwriteInsideFragmentedMessage(t *testing.T) {
+	for _, bHolds := range [][]uint64{{1, 2}, {1, 2, 3}, {1, 2, 3, 4, 5}, {1, 2, 3, 4, 5, 6, 7, 8}} {
+		t.Run(fmt.Sprint(bHolds), func(t *testing.T) {
+			c := newCluster(t, func(cfg *Config) { cfg.MaxBundle = 1 }, mA, mB, mC)
+			ds := sendFrag(t, c, 5)
+			for s := uint64(1); s <= 4; s++ {
+				c.deliverTo(dataOf(t, ds, s), mA)
+			}
+			for _, s := range bHolds {
+				c.deliverTo(dataOf(t, ds, s), mB)
+			}
+			c.poll()
+			markB := len(c.rec(mB).dels)
+			id, st := c.p(mA).CaptureDigest("state to B", c.now)
+			require.NoError(t, c.p(mB).OverwriteDigest(st, c.now))
+			require.True(t, c.p(mA).ReleaseCapture(id))
+			for s := uint64(5); s <= 8; s++ {
+				c.deliverTo(dataOf(t, ds, s), mA)
+			}
+			c.run(c.now+time.Second, nil)
+			checkExisting(t, c)
+			var after []uint64
+			for _, d := range c.rec(mB).dels[markB:] {
+				if d.sender == mC {
+					after = append(after, d.seq)
+				}
+			}
+			require.Equal(t, []uint64{8}, after, "B after the state: never M or a part of it")
+			require.Equal(t, []lostEvent{{mC, 3, 7}}, c.rec(mB).lostOf(mC))
+			e, _ := c.p(mB).WindowState(mC)
+			require.Equal(t, uint64(8), e.Delivered)
+			require.Empty(t, c.p(mB).Gaps(mC, nil))
+		})
+	}
+}
