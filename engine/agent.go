@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -47,8 +48,7 @@ type agent struct {
 	small  int // datagrams up to this size are copied into a smaller buffer
 
 	// send side
-	pend        []pubSlot     // polled from the ring, not yet accepted by Send
-	pls         [][]byte      // scratch: the payloads of a run handed to SendBatch
+	pend        [][]byte      // payloads polled from the ring, not yet accepted by Send
 	burst       int           // datagrams bundled before an iteration writes them (the batch size)
 	sending     bool          // the last iteration handed messages to the protocol
 	readAt      time.Duration // a busy sender's next read (see busyReadInterval)
@@ -133,8 +133,7 @@ func (a *agent) init(m *Member) {
 	a.gaddrs = make(map[string]netip.AddrPort)
 	a.group = m.cfg.GroupID
 	a.small = m.cfg.MaxDatagram / 8
-	a.pend = make([]pubSlot, min(1024, m.cfg.RingCapacity))
-	a.pls = make([][]byte, 0, len(a.pend))
+	a.pend = make([][]byte, min(1024, m.cfg.RingCapacity))
 	a.rw.init(2 * bs)
 	a.burst = bs
 	a.dedicated = m.cfg.Threading == ThreadingDedicated
@@ -593,39 +592,55 @@ func (a *agent) drainSend(now time.Duration) int {
 			}
 			m.signalSpace()
 		}
-		if a.pend[a.pendI].n < 0 { // aborted claim
+		if isAborted(a.pend[a.pendI]) {
+			a.pend[a.pendI] = nil
 			a.pendI++
 			continue
 		}
-		// Gather the run.
-		pls := a.pls[:0]
+		// The run: the polled payloads up to an aborted claim, the rate
+		// limit or flow control, handed to the protocol as they are.
+		run := a.pend[a.pendI:a.pendN]
 		var bytes, f uint64
 		if lim > 0 {
 			f = a.inFlight(low)
 		}
 		held := false // the rate limit or flow control ends the run
-		for i := a.pendI; i < a.pendN; i++ {
-			s := a.pend[i]
-			if s.n < 0 {
-				break
+		k := 0
+		if lim == 0 && m.cfg.RateLimit == 0 {
+			for k < len(run) && !isAborted(run[k]) {
+				k++
 			}
-			n := uint64(s.n)
-			if t := f + bytes; lim > 0 && t > 0 && t+n > lim {
-				// Flow control: wait for the receivers to read.
-				if !a.protoFull {
-					m.ctr.flowControlWaits.Add(1)
-					a.protoFull = true
+		} else {
+			// Flow control lets room bytes more go; the first message
+			// always goes when nothing is in flight.
+			room := uint64(math.MaxUint64)
+			if lim > 0 {
+				room = lim - min(f, lim)
+			}
+			rate := m.cfg.RateLimit > 0
+			for ; k < len(run); k++ {
+				pl := run[k]
+				if isAborted(pl) {
+					break
 				}
-				held = true
-				break
+				n := uint64(len(pl))
+				if bytes+n > room && f+bytes > 0 {
+					// Flow control: wait for the receivers to read.
+					if !a.protoFull {
+						m.ctr.flowControlWaits.Add(1)
+						a.protoFull = true
+					}
+					held = true
+					break
+				}
+				if rate && !a.takeTokens(int(n), now) {
+					held = true
+					break
+				}
+				bytes += n
 			}
-			if m.cfg.RateLimit > 0 && !a.takeTokens(int(n), now) {
-				held = true
-				break
-			}
-			bytes += n
-			pls = append(pls, m.q.payload(a.pendFirst+uint64(i), s))
 		}
+		pls := run[:k]
 		if len(pls) == 0 {
 			return work + a.flushHeld(now)
 		}
@@ -635,21 +650,23 @@ func (a *agent) drainSend(now time.Duration) int {
 			m.ctr.sendErrors.Add(1)
 			m.log.rateLimited("send", err)
 			a.giveTokens(pls)
-			clear(pls)
-			m.q.release(a.pend[a.pendI])
-			a.pend[a.pendI] = pubSlot{}
+			m.q.release(pls[0])
+			pls[0] = nil
 			a.pendI++
 			continue
 		}
+		q := m.q
+		sent, last, cum, cmask := a.sentBytes, a.lastSeq, a.cum, a.cumMask
 		for j, pl := range pls[:n] {
-			a.sentBytes += uint64(len(pl))
-			a.lastSeq++
-			a.cum[a.lastSeq&a.cumMask] = a.sentBytes
-			if s := &a.pend[a.pendI+j]; s.big != nil {
-				m.q.release(*s)
-				*s = pubSlot{}
+			sent += uint64(len(pl))
+			last++
+			cum[last&cmask] = sent
+			if q.isBig(pl) {
+				q.release(pl)
+				pls[j] = nil
 			}
 		}
+		a.sentBytes, a.lastSeq = sent, last
 		for last := p.NextSeq() - 1; a.lastSeq < last; { // fragments
 			a.lastSeq++
 			a.cum[a.lastSeq&a.cumMask] = a.sentBytes
@@ -668,14 +685,12 @@ func (a *agent) drainSend(now time.Duration) int {
 			// retry once stability purges, after a datagram or a timer,
 			// not in a busy loop.
 			a.giveTokens(pls[n:])
-			clear(pls)
 			if !a.protoFull {
 				m.ctr.protocolBackPressure.Add(1)
 				a.protoFull = true
 			}
 			return work + a.flushHeld(now)
 		}
-		clear(pls)
 		if held {
 			return work + a.flushHeld(now)
 		}

@@ -302,7 +302,6 @@ type Claim struct {
 	Buf []byte
 	m   *Member
 	seq uint64
-	s   pubSlot
 }
 
 // TryClaim reserves the next message of n bytes in the publication ring and
@@ -317,23 +316,20 @@ func (m *Member) TryClaim(n int) (Claim, error) {
 	if m.closing.Load() {
 		return Claim{}, ErrClosed
 	}
-	seq, buf, s, ok := m.q.claim(n)
+	seq, buf, ok := m.q.claim(n)
 	if !ok {
 		m.ctr.backPressure.Add(1)
 		return Claim{}, ErrBackPressure
 	}
-	return Claim{Buf: buf, m: m, seq: seq, s: s}, nil
+	return Claim{Buf: buf, m: m, seq: seq}, nil
 }
 
 // Commit publishes the claimed message.
-func (c Claim) Commit() { c.m.q.commit(c.seq, c.s) }
+func (c Claim) Commit() { c.m.q.commit(c.seq, c.Buf) }
 
 // Abort publishes nothing for the claim: the agent skips it (no protocol
 // seqno is used).
-func (c Claim) Abort() {
-	c.s.n = -1
-	c.m.q.commit(c.seq, c.s)
-}
+func (c Claim) Abort() { c.m.q.abort(c.seq, c.Buf) }
 
 // Poll delivers up to limit messages (and lost-range reports) to h on the
 // calling goroutine, in pull mode (Config.Handler nil), and returns how many

@@ -4,23 +4,30 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/nakcast/nakcast/ring"
 )
 
-// pubSlot is what a publication ring slot carries: the payload length and,
-// for a message larger than the inline size, a pooled out-of-line buffer.
-// Small payloads live in the send queue's arena, at an offset fixed by the
-// seqno, so the slot itself stays 16 bytes: ring.Publication copies slot
-// values on Commit and Poll, and an inline array in the slot would be
-// copied twice more per message.
-type pubSlot struct {
-	n   int32 // payload length; -1 for an aborted claim
-	big *[]byte
+// A publication ring slot carries the message's payload itself: a slice of
+// the send queue's arena slot for its seqno or, for a message larger than
+// the inline size, of a pooled out-of-line buffer. The agent hands a run of
+// polled slots to the protocol as they are, with no per-message gathering.
+// An aborted claim carries aborted (tell it with isAborted).
+
+// abortMark backs aborted: no payload shares its address.
+var abortMark [1]byte
+
+// aborted marks the slot of an aborted claim.
+var aborted = abortMark[:0:1]
+
+// isAborted reports whether a polled slot is an aborted claim's.
+func isAborted(p []byte) bool {
+	return cap(p) == 1 && unsafe.SliceData(p) == &abortMark[0]
 }
 
 // sendQueue is the hand-off from publishing goroutines to the agent: an MPSC
-// ring.Publication of pubSlots plus two byte arenas of 2*capacity fixed-size
+// ring.Publication of payload slices plus two byte arenas of 2*capacity fixed-size
 // inline slots indexed by seqno: a small one (smallInline bytes a slot) for
 // small payloads and one of InlineSize bytes a slot for the rest. Small
 // messages so occupy a compact region: a stream of 64 B messages touches
@@ -45,7 +52,7 @@ type pubSlot struct {
 // large messages allocate again after each collection. A class keeps at
 // most bigKeepBytes (and at least one buffer) idle.
 type sendQueue struct {
-	pub    *ring.Publication[pubSlot]
+	pub    *ring.Publication[[]byte]
 	arena  []byte // payloads of ssz < n <= inline
 	small  []byte // payloads of n <= ssz
 	ssz    int    // min(inline, smallInline)
@@ -60,7 +67,7 @@ type sendQueue struct {
 }
 
 func newSendQueue(capacity, inline int, wake func()) (*sendQueue, error) {
-	pub, err := ring.NewPublication[pubSlot](capacity)
+	pub, err := ring.NewPublication[[]byte](capacity)
 	if err != nil {
 		return nil, err
 	}
@@ -83,72 +90,68 @@ func newSendQueue(capacity, inline int, wake func()) (*sendQueue, error) {
 const smallInline = 128
 
 // claim reserves one seqno and returns the writable payload area of n bytes
-// for it. The caller must then commit(seq, slot) exactly once.
-func (q *sendQueue) claim(n int) (seq uint64, buf []byte, s pubSlot, ok bool) {
+// for it. The caller must then commit(seq, buf) (or abort(seq)) exactly
+// once.
+func (q *sendQueue) claim(n int) (seq uint64, buf []byte, ok bool) {
 	seq, ok = q.pub.TryClaim(1)
 	if !ok {
-		return 0, nil, pubSlot{}, false
+		return 0, nil, false
 	}
-	s.n = int32(n)
 	if n <= q.ssz {
 		off := int(seq&q.amask) * q.ssz
-		return seq, q.small[off : off+n : off+n], s, true
+		return seq, q.small[off : off+n : off+n], true
 	}
 	if n <= q.inline {
 		off := int(seq&q.amask) * q.inline
-		return seq, q.arena[off : off+n : off+n], s, true
+		return seq, q.arena[off : off+n : off+n], true
 	}
-	s.big = q.getBig(n)
-	return seq, (*s.big)[:n], s, true
+	return seq, q.getBig(n), true
 }
 
 // commit publishes a claimed slot and wakes the agent if it is parked.
-func (q *sendQueue) commit(seq uint64, s pubSlot) {
-	q.pub.Commit(seq, s)
+func (q *sendQueue) commit(seq uint64, buf []byte) {
+	q.pub.Commit(seq, buf)
 	if q.parked.Load() && q.parked.CompareAndSwap(true, false) {
 		q.wake()
 	}
 }
 
+// abort publishes a claimed slot as aborted, returning an out-of-line
+// buffer.
+func (q *sendQueue) abort(seq uint64, buf []byte) {
+	q.release(buf)
+	q.commit(seq, aborted)
+}
+
 // put copies p into the ring: the whole TrySend path.
 func (q *sendQueue) put(p []byte) bool {
-	seq, buf, s, ok := q.claim(len(p))
+	seq, buf, ok := q.claim(len(p))
 	if !ok {
 		return false
 	}
 	copy(buf, p)
-	q.commit(seq, s)
+	q.commit(seq, buf)
 	return true
 }
 
-// payload returns the bytes of a polled slot (agent side). Valid until the
-// agent polls again (inline) or releases the slot (out of line).
-func (q *sendQueue) payload(seq uint64, s pubSlot) []byte {
-	if s.big != nil {
-		return (*s.big)[:s.n]
-	}
-	if int(s.n) <= q.ssz {
-		off := int(seq&q.amask) * q.ssz
-		return q.small[off : off+int(s.n)]
-	}
-	off := int(seq&q.amask) * q.inline
-	return q.arena[off : off+int(s.n)]
-}
+// isBig reports whether a polled payload is an out-of-line buffer.
+func (q *sendQueue) isBig(p []byte) bool { return len(p) > q.inline }
 
-// release returns an out-of-line buffer to its free list (agent side).
-func (q *sendQueue) release(s pubSlot) {
-	if s.big != nil {
-		q.big[bits.Len(uint(cap(*s.big)))-1].put(s.big)
+// release returns an out-of-line buffer to its free list (agent side, or
+// the producer of an aborted claim); inline and aborted slots are left.
+func (q *sendQueue) release(p []byte) {
+	if q.isBig(p) {
+		p = p[:cap(p)]
+		q.big[bits.Len(uint(cap(p)))-1].put(p)
 	}
 }
 
-func (q *sendQueue) getBig(n int) *[]byte {
+func (q *sendQueue) getBig(n int) []byte {
 	c := bits.Len(uint(n - 1)) // 1<<c >= n
 	if b := q.big[c].get(); b != nil {
-		return b
+		return b[:n]
 	}
-	b := make([]byte, 1<<c)
-	return &b
+	return make([]byte, n, 1<<c)
 }
 
 // bigKeepBytes bounds the idle bytes one size class keeps.
@@ -158,11 +161,11 @@ const bigKeepBytes = 32 << 20
 // taken once per large message, whose copy costs far more.
 type bigClass struct {
 	mu   sync.Mutex
-	free []*[]byte
+	free [][]byte
 	_    [40]byte // keep classes' locks apart
 }
 
-func (c *bigClass) get() *[]byte {
+func (c *bigClass) get() []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if n := len(c.free); n > 0 {
@@ -174,9 +177,9 @@ func (c *bigClass) get() *[]byte {
 	return nil
 }
 
-func (c *bigClass) put(b *[]byte) {
+func (c *bigClass) put(b []byte) {
 	c.mu.Lock()
-	if len(c.free) == 0 || (len(c.free)+1)*cap(*b) <= bigKeepBytes {
+	if len(c.free) == 0 || (len(c.free)+1)*cap(b) <= bigKeepBytes {
 		c.free = append(c.free, b)
 	}
 	c.mu.Unlock()
