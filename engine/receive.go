@@ -45,9 +45,9 @@ func (m *Member) Receive(ctx context.Context) (Message, error) {
 			return c.msg, nil
 		}
 		m.pollWaiters.Add(1)
-		m.spaceMu.Lock()
+		m.deliverMu.Lock()
 		ch := m.deliverCh
-		m.spaceMu.Unlock()
+		m.deliverMu.Unlock()
 		n := m.Poll(&c, 1)
 		if n == 1 && c.got {
 			m.pollWaiters.Add(-1)
@@ -90,8 +90,8 @@ func (m *Member) signalDeliverable() {
 	if m.pollWaiters.Load() == 0 {
 		return
 	}
-	m.spaceMu.Lock()
+	m.deliverMu.Lock()
 	close(m.deliverCh)
 	m.deliverCh = make(chan struct{})
-	m.spaceMu.Unlock()
+	m.deliverMu.Unlock()
 }
