@@ -198,3 +198,27 @@ func TestNetnsCtrlCStopsCleanly(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(list), fmt.Sprintf("nakcast-%d-", cmd.Process.Pid), "namespaces left behind")
 }
+
+// TestProfileAndTraceFiles: MCASTBENCH_CPUPROFILE and MCASTBENCH_TRACE make
+// profiled write a CPU profile and an execution trace named PREFIX.PID;
+// an unwritable prefix is an error, not a silent run.
+func TestProfileAndTraceFiles(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("MCASTBENCH_CPUPROFILE", filepath.Join(dir, "cpu"))
+	t.Setenv("MCASTBENCH_TRACE", filepath.Join(dir, "trace"))
+	ran := false
+	if code := profiled(func() int { ran = true; return 0 }); code != 0 || !ran {
+		t.Fatalf("profiled: code %d, ran %v", code, ran)
+	}
+	for _, p := range []string{"cpu", "trace"} {
+		fi, err := os.Stat(filepath.Join(dir, fmt.Sprintf("%s.%d", p, os.Getpid())))
+		if err != nil || fi.Size() == 0 {
+			t.Fatalf("%s file: %v (size %v)", p, err, fi)
+		}
+	}
+	t.Setenv("MCASTBENCH_CPUPROFILE", "")
+	t.Setenv("MCASTBENCH_TRACE", filepath.Join(dir, "missing", "trace"))
+	if code := profiled(func() int { t.Fatal("ran without its trace"); return 0 }); code != 1 {
+		t.Fatalf("unwritable trace prefix: code %d, want 1", code)
+	}
+}

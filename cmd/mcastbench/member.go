@@ -7,15 +7,32 @@ import (
 	"io"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 
 	"github.com/nakcast/nakcast/bench"
 )
 
 // profiled runs f, writing a CPU profile of the whole process to
-// PREFIX.PID when MCASTBENCH_CPUPROFILE=PREFIX is in the environment. The
-// netns mode passes its environment on, so every member process of a run
-// writes one: the way to see where a multi-process run spends its time.
+// PREFIX.PID when MCASTBENCH_CPUPROFILE=PREFIX is in the environment, and
+// a Go execution trace to PREFIX.PID when MCASTBENCH_TRACE=PREFIX is (read
+// it with go tool trace; -pprof=sched shows how long goroutines, the
+// agent's included, waited for a processor). The netns mode passes its
+// environment on, so every member process of a run writes them: the way
+// to see where a multi-process run spends its time.
 func profiled(f func() int) int {
+	if tp := os.Getenv("MCASTBENCH_TRACE"); tp != "" {
+		out, err := os.Create(fmt.Sprintf("%s.%d", tp, os.Getpid()))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "mcastbench: MCASTBENCH_TRACE:", err)
+			return 1
+		}
+		defer out.Close()
+		if err := trace.Start(out); err != nil {
+			fmt.Fprintln(os.Stderr, "mcastbench: MCASTBENCH_TRACE:", err)
+			return 1
+		}
+		defer trace.Stop()
+	}
 	prefix := os.Getenv("MCASTBENCH_CPUPROFILE")
 	if prefix == "" {
 		return f()
