@@ -33,7 +33,8 @@
 // (seed 003), so the state plus what the joiner delivers after it equals the
 // provider's. Members multicast heartbeats; a member silent for
 // Config.SuspectTimeout whose probe goes unanswered is suspected
-// (EventSuspect) and excluded (EventView); survivors complete its messages
+// (EventSuspect; EventUnsuspect if it is heard again and stays) and
+// excluded (EventView); survivors complete its messages
 // from each other up to one cut, so all end with the same prefix. Close
 // drains what this member sent, then leaves gracefully (the others install
 // a view without it at once). A member excluded by mistake (a stall longer

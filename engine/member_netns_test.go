@@ -78,7 +78,7 @@ type netnsMemberConfig struct {
 
 // netnsLine is one line a member prints.
 type netnsLine struct {
-	Ev string `json:"ev"` // open, view, suspect, left, state, status, sent, done
+	Ev string `json:"ev"` // open, view, suspect, unsuspect, left, state, status, sent, done
 	// Self: the incarnation (open).
 	Self digest.Member `json:"self,omitzero"`
 	// View, Members: an installed view (view).
@@ -366,6 +366,8 @@ func netnsMemberMain(path string, stdin io.Reader, stdout io.Writer) error {
 				emit(l)
 			case engine.EventSuspect:
 				emit(netnsLine{Ev: "suspect", Sender: e.Sender.ID})
+			case engine.EventUnsuspect:
+				emit(netnsLine{Ev: "unsuspect", Sender: e.Sender.ID})
 			case engine.EventLeft:
 				if e.Err == nil {
 					emit(netnsLine{Ev: "closed"}) // the graceful leave of Close
