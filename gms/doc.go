@@ -65,6 +65,16 @@
 // is still in the view, unless this member, as coordinator, has already
 // queued its exclusion: then the exclusion goes ahead.
 //
+// The view that excludes a member is multicast once and not resent to it.
+// A member that missed it stays in its old view and keeps sending
+// heartbeats naming that view: the coordinator (and the coordinator of the
+// view the heartbeat names) answers a member's heartbeat that names an
+// older view than its own, from a member its view does not contain, with
+// an exclusion notice (its view, for that incarnation). The receiver treats
+// the notice as it would that view's multicast (it leaves with ErrExcluded
+// if the sender is in its view) and never installs it; it gets one per
+// heartbeat until it leaves, so repeated loss only delays it.
+//
 // When a view excludes a sender the coordinator fixes its cut (design.md,
 // "Crashed senders"): it collects from every survivor its delivered,
 // received and missing ranges for that sender (a survivor answers only

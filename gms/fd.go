@@ -217,6 +217,32 @@ func (g *GMS) onHeartbeat(m *msg, now time.Duration) {
 	if m.kind == 1 && g.IsCoordinator() && m.view != g.view.ID && m.addr != "" {
 		g.mergeCandidate(Peer{Member: m.sender, Addr: m.addr}, m.view, now)
 	}
+	if m.kind == 0 && g.status == StatusMember && m.addr != "" && !m.view.Coord.IsZero() &&
+		m.view.Counter < g.view.ID.Counter && !g.view.Contains(m.sender) &&
+		(g.view.Coord().Member == g.self.Member || m.view.Coord == g.self.Member) {
+		g.noticeExcluded(Peer{Member: m.sender, Addr: m.addr})
+	}
+}
+
+// noticeExcluded sends our view to p, a member that is not in it but
+// whose heartbeat names an older view than ours: p may have missed the
+// view that excluded it (multicast once, and never resent to a member it
+// excludes), and would then stay in its old view for ever. The notice
+// (VIEW kind 2, for p's incarnation) is our current view; p treats it as
+// it would treat that view multicast (onView: it leaves with ErrExcluded
+// if we are in its view) and never installs it. We send it on every
+// heartbeat of p's that we hear, so repeated loss only delays it.
+//
+// Only the coordinator of our view, or of the view p names, answers, and
+// only members' heartbeats (kind 0): a coordinator's heartbeat from
+// another view is a merge (mergeCandidate). A joiner sends no heartbeat
+// before it installs a view, and the coordinator has installed that view
+// (with the joiner) first; a member of another partition is in a view
+// that does not contain us, and ignores the notice.
+func (g *GMS) noticeExcluded(p Peer) {
+	n := &msg{typ: typeView, kind: 2, view: g.view.ID, member: p.Member}
+	n.withView(g.view)
+	g.send(p, n)
 }
 
 func (g *GMS) onProbe(m *msg, now time.Duration) {

@@ -609,7 +609,8 @@ func (g *GMS) coordDeadlines(at func(time.Duration)) {
 }
 
 // onView installs a view from the coordinator (kind 0) or a merge view with
-// its digest (kind 1).
+// its digest (kind 1); kind 2 is an exclusion notice (noticeExcluded): a
+// view that does not contain us, which only tells us we were excluded.
 func (g *GMS) onView(m *msg, now time.Duration) {
 	if (g.status != StatusMember && g.status != StatusLeaving) || !m.has(secView) {
 		return
@@ -617,6 +618,11 @@ func (g *GMS) onView(m *msg, now time.Duration) {
 	v := m.v
 	if v.validate() != nil || v.ID != m.view {
 		g.stats.Malformed++
+		return
+	}
+	if m.kind == 2 && (m.member != g.self.Member || v.Contains(g.self.Member)) {
+		// An exclusion notice (noticeExcluded) for another incarnation,
+		// or that excludes nobody: never installed.
 		return
 	}
 	if v.ID == g.view.ID {

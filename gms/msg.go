@@ -14,7 +14,7 @@ const (
 	typeDiscovery  wire.Type = 16 // kind 0 request (multicast), 1 answer (unicast)
 	typeJoinReq    wire.Type = 17 // joiner -> coordinator
 	typeJoinRsp    wire.Type = 18 // coordinator -> joiner: view + digest, or a redirect
-	typeView       wire.Type = 19 // install a view; kind 1: merge view with digest
+	typeView       wire.Type = 19 // install a view; kind 1: merge view with digest; 2: exclusion notice
 	typeViewAck    wire.Type = 20 // member -> coordinator
 	typeLeave      wire.Type = 21 // kind 0 LEAVE (member -> coordinator), 1 leave done
 	typeHeartbeat  wire.Type = 22 // multicast liveness; a coordinator's carries its view id
