@@ -137,6 +137,7 @@ func (g *GMS) unsuspect(m digest.Member) {
 	delete(g.fd.suspected, m)
 	delete(g.fd.quiet, m)
 	delete(g.fd.probing, m)
+	g.stats.Unsuspicions++
 	g.log.Info("gms: unsuspect", "self", g.self.Member, "member", m)
 	if g.cfg.Listener != nil {
 		g.cfg.Listener.Unsuspected(m)

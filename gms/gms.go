@@ -23,6 +23,7 @@ type Stats struct {
 	JoinAttempts     uint64 // JOIN_REQs sent
 	ViewChangeAborts uint64 // view changes that timed out waiting for acks
 	Suspicions       uint64 // members this member suspected
+	Unsuspicions     uint64 // suspicions withdrawn: the suspect was heard from again (Listener.Unsuspected)
 	CutsClosed       uint64 // departed senders' cuts closed (coordinator)
 	CutsResumed      uint64 // cuts left open by an earlier coordinator, resumed (coordinator)
 	CutReqsEarly     uint64 // cut requests ignored: the sender was still in this member's view (survivor)

@@ -137,6 +137,7 @@ func TestUnsuspectWhenHeardAgain(t *testing.T) {
 				h.run(h.s.Now() + 2*time.Second)
 				require.Len(t, rep.susp, round)
 				require.Len(t, rep.unsusp, round)
+				require.Equal(t, uint64(round), rep.g.Stats().Unsuspicions, "round %d", round)
 				for i := range round {
 					require.Equal(t, suspicion{sm, v}, rep.susp[i], "round %d", round)
 					require.Equal(t, suspicion{sm, v}, rep.unsusp[i], "round %d", round)
@@ -153,6 +154,12 @@ func TestUnsuspectWhenHeardAgain(t *testing.T) {
 				}
 			}
 			require.Equal(t, uint64(2), rep.g.Stats().Suspicions)
+			require.Equal(t, uint64(2), rep.g.Stats().Unsuspicions)
+			for _, n := range all {
+				if n != rep {
+					require.Zero(t, n.g.Stats().Unsuspicions, "node %d", n.id)
+				}
+			}
 			h.noErrors()
 		})
 	}
@@ -198,6 +205,7 @@ func TestNoUnsuspectAfterExclusion(t *testing.T) {
 			require.Equal(t, suspicion{sm, v}, rep.susp[0])
 			for _, n := range all {
 				require.Empty(t, n.unsusp, "node %d", n.id)
+				require.Zero(t, n.g.Stats().Unsuspicions, "node %d", n.id)
 				for _, s := range n.susp {
 					require.Equal(t, sm, s.m, "node %d suspected a live member", n.id)
 				}
@@ -281,6 +289,7 @@ func TestCoordinatorKeepsQueuedExclusion(t *testing.T) {
 			require.True(t, coord.susp[0].view.Contains(sm))
 			for _, n := range append(all, joiner) {
 				require.Empty(t, n.unsusp, "node %d", n.id)
+				require.Zero(t, n.g.Stats().Unsuspicions, "node %d", n.id)
 			}
 			h.noErrors()
 		})
