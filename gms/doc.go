@@ -53,7 +53,9 @@
 // # Leaves, failures, cuts
 //
 // A graceful leave sends LEAVE with the leaver's highest seqno to the
-// coordinator and keeps answering retransmissions until LeaveRsp. Members
+// coordinator (and to the first member it does not suspect, if that is
+// another: the one that takes over if the coordinator has crashed) and
+// keeps answering retransmissions until LeaveRsp. Members
 // multicast heartbeats; a member silent for Config.SuspectTimeout is probed
 // directly and, if the probe is not answered within Config.ProbeTimeout,
 // suspected: the coordinator excludes it. If the coordinator itself is

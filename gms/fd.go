@@ -292,7 +292,6 @@ func (g *GMS) onSuspect(m *msg, now time.Duration) {
 // leaveState is a graceful leave in progress.
 type leaveState struct {
 	highest  uint64
-	target   Peer
 	resendAt time.Duration
 	deadline time.Duration
 }
@@ -326,9 +325,26 @@ func (g *GMS) Leave(now time.Duration) error {
 	return nil
 }
 
+// sendLeave sends LEAVE to the coordinator (the next member of the view
+// when we coordinate) and, if that is another member, to the first member
+// we do not suspect. A leaver runs no failure detection, so a suspicion of
+// the coordinator is never withdrawn while it leaves: if the coordinator
+// is alive it handles the leave (the next in line ignores a LEAVE that
+// does not come from the coordinator unless it coordinates itself); if it
+// has crashed, the member that takes over accepts a resend once it does.
 func (g *GMS) sendLeave(now time.Duration) {
-	g.leave.target = g.firstUnsuspected([]digest.Member{g.self.Member})
-	g.send(g.leave.target, &msg{typ: typeLeave, kind: 0, view: g.view.ID, a: g.leave.highest})
+	m := &msg{typ: typeLeave, kind: 0, view: g.view.ID, a: g.leave.highest}
+	var coord Peer
+	for _, p := range g.view.Members {
+		if p.Member != g.self.Member {
+			coord = p
+			break
+		}
+	}
+	g.send(coord, m)
+	if next := g.firstUnsuspected([]digest.Member{g.self.Member}); next.Member != coord.Member && next.Member != g.self.Member {
+		g.send(next, m)
+	}
 	g.leave.resendAt = now + 2*g.cfg.ViewAckTimeout
 }
 

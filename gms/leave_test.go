@@ -1,0 +1,109 @@
+package gms
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/sim"
+	"github.com/stretchr/testify/require"
+)
+
+// TestLeaveWhileSuspectingCoordinator (simulator, fake protocol, loss up to
+// 5%): in a group of four, a member L after the next in line B stops
+// hearing the coordinator A (A's datagrams to L are dropped), suspects it
+// and reports it to B, and then leaves gracefully while it still suspects
+// A (a leaver runs no failure detection, so the suspicion stays).
+//
+// In even seeds A is alive: the outage ends as L leaves, B has verified A
+// and keeps it. A handles the leave: L gets its LeaveRsp (Left(nil))
+// well before LeaveTimeout, and the survivors end in a view of A's
+// without L, A still coordinating, nobody else suspected.
+//
+// In odd seeds A crashes right after L suspected it: B suspects A itself,
+// takes over, handles the leave the same way, and the survivors end in a
+// view of B's without A and L.
+func TestLeaveWhileSuspectingCoordinator(t *testing.T) {
+	for seed := range uint64(seeds(40, 8)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h := newHarness(t, seed, lossyNet(seed, 0.05))
+			all := []*node{h.add(1), h.add(2), h.add(3), h.add(4)}
+			h.join(0, all[0])
+			h.join(60*time.Millisecond, all[1:]...)
+			h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
+			vs := byView(all[0].g.View(), all)
+			r := rand.New(rand.NewPCG(seed, 31))
+			crash := seed%2 == 1
+			a, b := vs[0], vs[1]
+			l := vs[2+r.IntN(2)]
+			am, lm := a.self(), l.self()
+			var surv []*node
+			for _, n := range all {
+				if n != l && (n != a || !crash) {
+					surv = append(surv, n)
+				}
+			}
+			blocked := false
+			h.drop = func(from, to digest.Member, _ []byte) bool {
+				return blocked && from == a.Member() && to == l.Member()
+			}
+			rsps := 0
+			h.s.AddTap(func(ev sim.TapEvent) {
+				if ev.Kind == sim.TapDeliver && ev.To == l.Member() {
+					if m := membershipMsg(ev.Data); m != nil && m.typ == typeLeave && m.kind == 1 {
+						rsps++
+					}
+				}
+			})
+			leftAt := time.Duration(-1)
+			h.s.AddCheck(func(now time.Duration) error {
+				if leftAt < 0 && len(l.left) > 0 {
+					leftAt = now
+				}
+				return nil
+			})
+			start := h.s.Now() + time.Duration(r.IntN(100))*time.Millisecond
+			h.s.Schedule(start, func(time.Duration) { blocked = true })
+			h.runUntil(func() bool { return len(l.susp) > 0 }, start+2*time.Second, "L suspects A")
+			require.Equal(t, am, l.susp[0].m)
+			// Leave in the same instant (before L's next failure-detection
+			// check could withdraw the suspicion).
+			var leaveAt time.Duration
+			h.do(h.s.Now(), l, func(now time.Duration) {
+				leaveAt = now
+				if crash {
+					h.s.Crash(a.Member())
+				} else {
+					blocked = false
+				}
+				require.True(t, l.g.fd.suspected[am])
+				require.NoError(t, l.g.Leave(now))
+			})
+			h.runUntil(func() bool { return leftAt >= 0 && converged(surv...) && quiet(surv...) },
+				h.s.Now()+10*time.Second, "left")
+			require.Equal(t, []error{nil}, l.left)
+			require.Positive(t, rsps, "L got its LeaveRsp")
+			require.Less(t, leftAt-leaveAt, l.g.cfg.LeaveTimeout/2, "left at %v, asked at %v", leftAt, leaveAt)
+			v := surv[0].g.View()
+			require.False(t, v.Contains(lm))
+			if crash {
+				require.Equal(t, b.self(), v.Coord().Member)
+				require.False(t, v.Contains(am))
+			} else {
+				require.Equal(t, am, v.Coord().Member)
+				require.Empty(t, a.left)
+				for _, n := range surv {
+					for _, s := range n.susp {
+						require.Equal(t, lm, s.m, "node %d suspected %v", n.id, s.m)
+					}
+				}
+			}
+			for _, n := range surv {
+				require.Empty(t, n.left, "node %d", n.id)
+			}
+			h.noErrors()
+		})
+	}
+}
