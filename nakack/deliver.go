@@ -21,6 +21,37 @@ type reassembly struct {
 	joinedAt uint64
 }
 
+// reported is the delivered point this member reports for s (STABLE and
+// the digests it hands out, reportEntry): the end of the last whole
+// message it delivered or reported lost, never a point inside a message
+// it will still deliver. The window's delivered point counts the
+// fragments a reassembly under way has consumed; while one is active the
+// reported point stays at the seqno before its first fragment. (Elsewhere
+// it is the window's point, which may lie inside a message this member
+// never delivers: one reported lost, or begun before its join point,
+// whose remaining fragments it consumes silently.)
+//
+// So stability never purges a message's first fragments before every
+// member has delivered the message whole (a member that needs them can
+// still fetch them), and a digest (join, state transfer) never ends inside
+// a message its holder will still deliver: a state captured with it lacks
+// the message, and whoever installs the digest delivers the message too.
+//
+// It is O(1) and never exceeds the window's delivered point. It does not
+// go backwards while the window only moves forward: a reassembly starts
+// when the window's delivered point is its first fragment, the reported
+// point being then first-1 either way, and ends (delivered, reported lost,
+// broken by the sender, or ended by an OverwriteDigest at the window's
+// point) with the delivered point at or above its first fragment. Only a rewind (OverwriteDigest below the delivered point) moves
+// it back, as it moves the window's.
+func (s *sender) reported() uint64 {
+	d := s.delivered()
+	if s.reasm.active {
+		return min(d, s.reasm.first-1)
+	}
+	return d
+}
+
 func (r *reassembly) reset() {
 	r.active = false
 	r.buf = r.buf[:0]

@@ -14,7 +14,10 @@ import (
 // Digest returns the live digest: one entry (Low, Delivered, Received) per
 // member of the view that has a window, in view order. A view member still
 // awaiting its join-digest entry is absent, so a MutableDigest built from it
-// stays incomplete (seed 002) rather than taking 0.
+// stays incomplete (seed 002) rather than taking 0. Delivered is the
+// reported point: while a fragmented message of a sender is being
+// reassembled, the seqno before its first fragment (reportEntry), so a
+// digest never ends inside a message this member will still deliver.
 func (p *Protocol) Digest() digest.Digest {
 	return digest.New(p.appendDigest(nil))
 }
@@ -22,11 +25,11 @@ func (p *Protocol) Digest() digest.Digest {
 // appendDigest appends the live digest's entries to dst.
 func (p *Protocol) appendDigest(dst []digest.Entry) []digest.Entry {
 	if !p.hasView {
-		return append(dst, p.entryOf(p.own))
+		return append(dst, p.reportEntry(p.own))
 	}
 	for _, m := range p.view.Members {
 		if s := p.senders[m]; s != nil {
-			dst = append(dst, p.entryOf(s))
+			dst = append(dst, p.reportEntry(s))
 		}
 	}
 	return dst
@@ -34,6 +37,8 @@ func (p *Protocol) appendDigest(dst []digest.Entry) []digest.Entry {
 
 // WindowState returns m's window numbers (Low, Delivered, Received; for
 // self Received is the highest seqno sent) and whether m has a window.
+// Delivered is the window's own point: unlike Digest's, it counts the
+// fragments a reassembly under way has consumed.
 func (p *Protocol) WindowState(m digest.Member) (digest.Entry, bool) {
 	s := p.senders[m]
 	if s == nil {
@@ -401,6 +406,16 @@ func (p *Protocol) OverwriteDigest(d digest.Digest, now time.Duration) error {
 			s.preLost = wire.Range{}
 			s.contig = max(s.contig, target)
 			s.floor = max(s.floor, target)
+		case s.reasm.active:
+			// The digest ends inside the message being reassembled here
+			// (target == hd, at or above its first fragment). Its holder
+			// reports the seqno before a message it still reassembles,
+			// so it will never deliver this one and its state lacks it:
+			// neither does this member. The message's remaining
+			// fragments are orphans, reported lost from its first
+			// fragment, as when the digest ends inside it above or
+			// below this point.
+			s.reasm.active = false
 		}
 		if !s.own {
 			s.highest = max(s.highest, e.Received)

@@ -151,11 +151,30 @@
 // (CaptureMergeDigest) holds at the captured Low values instead, since the
 // other partition fetches everything above them.
 //
+// The delivered point a member reports for a sender, in STABLE and in the
+// digests it hands out (Digest, CaptureDigest for joins and state
+// transfers, MSG_NOT_FOUND), is the end of the last whole message it
+// delivered or reported lost, never a point inside a message it will
+// still deliver. A window's own delivered point (WindowState, the cut
+// reports) counts the fragments a reassembly under way has consumed;
+// while one is active the reported point stays at the seqno before the
+// message's first fragment. (Fragments the window consumes without
+// delivering, those of a message reported lost or begun before the join
+// point, count as consumed.) Stability, the minimum of the reported
+// points, so keeps every fragment of a message, at every member and in
+// the sender's own window (its own fragmented messages are delivered to
+// it through the same reassembly), until every member has delivered the
+// message whole; and a digest never ends inside a message its holder will
+// still deliver. The reported point is O(1) to compute, never exceeds the
+// window's point and only goes back when the window does (an
+// OverwriteDigest rewind).
+//
 // # Digests and views
 //
-// Digest returns the live digest (Low, Delivered, Received per member with a
-// window). SetDigest (join) creates windows only for unknown senders, starting
-// at the digest's delivered; MergeDigest (merge) raises windows that are
+// Digest returns the live digest (Low, Delivered, Received per member with
+// a window; Delivered the reported point, see Stability). SetDigest (join)
+// creates windows only for unknown senders, starting at the digest's
+// delivered; MergeDigest (merge) raises windows that are
 // behind, never our own, reporting as lost what the holder purged;
 // OverwriteDigest (state transfer, seed 003) keeps the own send seqno and sets
 // every window, own included, to the digest's delivered: re-delivering what is
@@ -222,33 +241,48 @@
 // message; and a rounded cut would still have to report the fragments a
 // survivor received below it.
 //
-// A join digest may likewise end inside a fragmented message: the
-// coordinator had consumed its first fragments, not its last. The joiner
-// was not a member when that message began and is not owed it (as in
-// JGroups, a joiner delivers from its digest on): Poll drops the
-// message's fragments above the join point silently, reports nothing
-// lost for them and goes on with the sender's next message; nothing at or
-// below the join point is ever requested. A gap above the join point is
-// requested like any other (the window cannot tell it belongs to that
-// message before it holds a later fragment of it); a lost run (declared at
-// a cut, or from a merge) that a held fragment after it shows to lie
-// inside the message is skipped with it, one it cannot attribute is
-// reported as usual. The decision depends only on the digest's delivered
-// value and the fragments' headers, so every joiner given the same digest
-// delivers and reports the same. It applies only to windows a join digest
-// created (InstallView's join digest, SetDigest); elsewhere (an existing
-// member's window, one a merge or OverwriteDigest created) a fragment
-// whose message's start was never consumed still has that whole message
-// reported lost, from its first fragment. OverwriteDigest ends the rule
-// for every window it sets: the installed state, not the join, then
-// decides what the member is owed. Known limit: a state transfer digest
-// may end inside a fragmented message the provider is still reassembling
-// (a window's delivered counts the fragments consumed). The provider's
-// state lacks that message and the provider delivers it afterwards; the
-// requester, set to a point inside it, cannot, and reports it lost (whole,
-// once), so the two differ by that message, reported. Closing it needs
-// digests and STABLE that stop at message boundaries (the fragments would
-// then stay retained for the requester to fetch), outside this rule.
+// A joiner given the coordinator's digest starts at the end of a whole
+// message: if the coordinator was reassembling a fragmented message, the
+// joiner starts before it and delivers it whole, like the coordinator. A
+// digest can still end inside a fragmented message whose holder's window
+// passes through it without delivering it: the holder itself joined with a
+// digest inside it, or reported it lost (a lost run widened to the
+// message's last fragment) and is consuming its remaining fragments. A
+// joiner given such a digest was not a member when that message began for
+// the holder either, and is not owed it (as in JGroups, a joiner delivers
+// from its digest on): Poll drops the message's fragments above the join
+// point silently, reports nothing lost for them and goes on with the
+// sender's next message; nothing at or below the join point is ever
+// requested. A gap above the join point is requested like any other (the
+// window cannot tell it belongs to that message before it holds a later
+// fragment of it); a lost run (declared at a cut, or from a merge) that a
+// held fragment after it shows to lie inside the message is skipped with
+// it, one it cannot attribute is reported as usual. The decision depends
+// only on the digest's delivered value and the fragments' headers, so
+// every joiner given the same digest delivers and reports the same. It
+// applies only to windows a join digest created (InstallView's join
+// digest, SetDigest); elsewhere (an existing member's window, one a merge
+// or OverwriteDigest created) a fragment whose message's start was never
+// consumed still has that whole message reported lost, from its first
+// fragment. OverwriteDigest ends the rule for every window it sets: the
+// installed state, not the join, then decides what the member is owed.
+//
+// A state transfer is consistent across fragmented messages. The
+// provider's digest, captured with its application state, stops before a
+// message it is reassembling: its state lacks that message and it
+// delivers the message after the state. The requester is set to the same
+// point and delivers the message whole too: it still retains the
+// fragments, or fetches them (nobody purged them, since the provider
+// reports that point), so both applications get the message exactly once.
+// A requester that cannot go back to that point (its window starts above
+// it, as a joiner whose join point lies past the message) gets
+// ErrNotRetained from CheckOverwrite and takes the state from another
+// provider. A state digest that ends inside a fragmented message comes
+// from a holder that never delivers it, whose state lacks it for good: the
+// requester never delivers it or a part of it either, wherever its window
+// stood (behind the message, reassembling it, at the digest's point or
+// not, or past it); it reports the message lost, whole and once, and goes
+// on with the next one.
 //
 // InstallMergeView installs a merge view and its digest in one step
 // (design.md, "Merges"): a member of the other partition whose window was

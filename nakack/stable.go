@@ -48,8 +48,10 @@ func (r *stableRound) reset() {
 
 // stableEntries returns (in p.entries) the delivered digest this member
 // advertises: one entry per view member in view order (zero for a member
-// without a window: nothing of it may be purged), Delivered lowered to what
-// any held capture says (its Low for a merge capture).
+// without a window: nothing of it may be purged), Delivered the reported
+// point (reportEntry: never inside a fragmented message being
+// reassembled) lowered to what any held capture says (its Low for a
+// merge capture).
 func (p *Protocol) stableEntries() []digest.Entry {
 	es := p.entries[:0]
 	for _, m := range p.view.Members {
@@ -58,7 +60,7 @@ func (p *Protocol) stableEntries() []digest.Entry {
 			es = append(es, digest.Entry{Member: m})
 			continue
 		}
-		e := p.entryOf(s)
+		e := p.reportEntry(s)
 		for i := range p.captures {
 			if c, ok := p.captures[i].d.Lookup(m); ok {
 				hold := c.Delivered
@@ -74,11 +76,27 @@ func (p *Protocol) stableEntries() []digest.Entry {
 	return es
 }
 
+// entryOf returns s's window numbers (WindowState): Low, the window's
+// delivered point (fragments consumed by a reassembly under way count) and
+// Received (for self, the highest seqno sent).
 func (p *Protocol) entryOf(s *sender) digest.Entry {
 	e := digest.Entry{Member: s.m, Low: s.low(), Delivered: s.delivered(), Received: s.received()}
 	if s.own {
 		e.Received = p.nextSeq - 1
 	}
+	return e
+}
+
+// reportEntry returns s's entry as this member reports it to others
+// (STABLE, and the digests it hands out: Digest, CaptureDigest,
+// MSG_NOT_FOUND): entryOf with Delivered at the reported point
+// (sender.reported), the end of the last whole message delivered or
+// reported lost, so that stability keeps a fragmented message until every
+// member delivered it whole and a digest never ends inside a message its
+// holder will still deliver.
+func (p *Protocol) reportEntry(s *sender) digest.Entry {
+	e := p.entryOf(s)
+	e.Delivered = s.reported()
 	return e
 }
 
