@@ -37,13 +37,16 @@ func joinPoint(t *testing.T, n *realNode, m digest.Member) uint64 {
 // or fragmented message (2-5 fragments of about 8KB) every millisecond,
 // on the real nakack under 0-5% loss, duplication and reordering. A
 // joiner's window for member 2 starts at its join digest's point, which
-// in some seeds falls inside a fragmented message (the coordinator held
-// only its first fragments). Every joiner must deliver exactly member 2's
-// messages that begin after its join point, whole and in order, report
-// nothing lost and not stall; the founders deliver every message. Seeds
-// replay (go test -run TestJoinInsideFragmentedMessageReal).
+// is never inside a fragmented message: a coordinator reassembling one
+// reports the seqno before it, and the joiner delivers it whole (before
+// nakack's digests stopped at message boundaries, 20 of the 80 join
+// points fell inside one and the joiner skipped it). Every joiner must
+// deliver exactly member 2's messages that begin after its join point,
+// whole and in order, report nothing lost and not stall; the founders
+// deliver every message. Seeds replay (go test -run
+// TestJoinInsideFragmentedMessageReal).
 func TestJoinInsideFragmentedMessageReal(t *testing.T) {
-	inside := 0
+	before := 0 // join points just before a fragmented message
 	for seed := range uint64(seeds(40, 10)) {
 		h := newRHarness(t, seed, lossyNet(seed, 0.05))
 		founders := []*realNode{h.add(1), h.add(2), h.add(3)}
@@ -92,8 +95,9 @@ func TestJoinInsideFragmentedMessageReal(t *testing.T) {
 			if slices.Contains(joiners, n) {
 				from = joinPoint(t, n, sm)
 				for _, f := range firsts {
-					if f <= from && from < ext[f] {
-						inside++
+					require.False(t, f <= from && from < ext[f], "seed %d: node %d: join point %d inside message %d..%d", seed, n.id, from, f, ext[f])
+					if f == from+1 && ext[f] > f {
+						before++
 					}
 				}
 			}
@@ -117,6 +121,6 @@ func TestJoinInsideFragmentedMessageReal(t *testing.T) {
 			return
 		}
 	}
-	t.Logf("joiners whose join point fell inside a fragmented message: %d", inside)
-	require.NotZero(t, inside, "no join point inside a fragmented message")
+	t.Logf("joiners whose join point fell just before a fragmented message: %d", before)
+	require.NotZero(t, before, "no join point just before a fragmented message")
 }
