@@ -38,7 +38,10 @@ type Transport interface {
 	// counted in Stats; pass buffers of the largest datagram size.
 	ReadBatch(bufs [][]byte, sizes []int, srcs []netip.AddrPort) (n int, err error)
 	// TryReadBatch is ReadBatch without blocking: it returns 0, nil at once
-	// when nothing is queued (for busy-poll and yield idle strategies).
+	// when nothing is queued (for busy-poll and yield idle strategies). It
+	// may look at the unicast address only every few calls (the UDP
+	// transport: every fourth), so a poll loop pays for one socket per
+	// empty poll: a unicast datagram can take a few calls to show.
 	TryReadBatch(bufs [][]byte, sizes []int, srcs []netip.AddrPort) (n int, err error)
 	// WriteBatch sends bufs[i] to dsts[i]: the group when dsts[i] is the
 	// zero AddrPort (or dsts is nil or shorter than bufs), else that unicast

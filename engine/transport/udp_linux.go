@@ -457,7 +457,7 @@ func (u *UDP) TryReadBatch(bufs [][]byte, sizes []int, srcs []netip.AddrPort) (i
 	if !u.startRead(bufs, sizes, srcs) {
 		return 0, nil
 	}
-	u.readBoth()
+	u.readPolled()
 	return u.endRead(nil)
 }
 
@@ -529,15 +529,34 @@ func (u *UDP) readBoth() {
 	r := &u.rd
 	r.calls++
 	if u.graw == nil || r.calls%4 == 0 {
-		u.recvFrom(u.uraw)
-		if u.graw != nil && r.err == nil && r.n < r.max {
-			u.recvFrom(u.graw)
-		}
+		u.readUnicastFirst()
 		return
 	}
 	u.recvFrom(u.graw)
 	if r.n == 0 && r.err == nil {
 		u.recvFrom(u.uraw)
+	}
+}
+
+// readPolled is TryReadBatch's read: the group socket, and the unicast
+// socket only on every fourth call (first, as in readBoth). An agent that
+// polls while idle so pays one recvmmsg per empty poll instead of two; a
+// unicast datagram waits at most three more polls (microseconds).
+func (u *UDP) readPolled() {
+	r := &u.rd
+	r.calls++
+	if u.graw == nil || r.calls%4 == 0 {
+		u.readUnicastFirst()
+		return
+	}
+	u.recvFrom(u.graw)
+}
+
+func (u *UDP) readUnicastFirst() {
+	r := &u.rd
+	u.recvFrom(u.uraw)
+	if u.graw != nil && r.err == nil && r.n < r.max {
+		u.recvFrom(u.graw)
 	}
 }
 

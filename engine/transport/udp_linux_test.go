@@ -611,3 +611,29 @@ func TestSetGroupFilterReplaces(t *testing.T) {
 	s := open(t, transport.Config{Group: plain.Group(), SendOnly: true, BatchSize: 16})
 	require.NoError(t, s.SetGroupFilter(dropFirstByte(t, 'A')), "SendOnly: nothing to filter")
 }
+
+// TestTryReadBatchReachesUnicast: a poll reads the group socket every call
+// and the unicast socket every fourth, so a queued unicast datagram shows
+// within four calls, and a group datagram on the first.
+func TestTryReadBatchReachesUnicast(t *testing.T) {
+	a := member(t, group(9), nil)
+	b := member(t, group(9), a)
+	for round := range 6 {
+		_, err := a.WriteBatch([][]byte{[]byte("u")}, []netip.AddrPort{b.LocalAddr()})
+		require.NoError(t, err)
+		calls, got := 0, 0
+		for got == 0 && calls < 4 {
+			k, err := b.TryReadBatch(make([][]byte, 1), make([]int, 1), nil)
+			require.NoError(t, err)
+			calls, got = calls+1, k
+		}
+		require.Equal(t, 1, got, "round %d: unicast datagram not read in %d calls", round, calls)
+		_, err = a.WriteBatch([][]byte{[]byte("g")}, nil)
+		require.NoError(t, err)
+		readN(t, a, 1) // a's own copy
+		buf := [][]byte{make([]byte, 8)}
+		k, err := b.TryReadBatch(buf, make([]int, 1), nil)
+		require.NoError(t, err)
+		require.Equal(t, 1, k, "round %d: group datagram not read at once", round)
+	}
+}
