@@ -29,14 +29,22 @@ func TestCollector(t *testing.T) {
 		mfs, err := reg.Gather()
 		require.NoError(t, err)
 		byName := map[string]float64{}
+		gauges := map[string]float64{}
 		for _, mf := range mfs {
 			for _, mt := range mf.GetMetric() {
 				if c := mt.GetCounter(); c != nil {
 					byName[mf.GetName()] += c.GetValue()
 				}
+				if g := mt.GetGauge(); g != nil {
+					gauges[mf.GetName()] = g.GetValue()
+				}
 			}
 		}
 		require.Contains(t, byName, "nakcast_drops_total")
+		require.Contains(t, byName, "nakcast_suspicions_total")
+		require.Contains(t, byName, "nakcast_unsuspicions_total")
+		require.Equal(t, float64(len(m.Stats().Members)), gauges["nakcast_view_members"])
+		require.Contains(t, gauges, "nakcast_view_counter")
 		if byName["nakcast_messages_sent_total"] == 10 && byName["nakcast_messages_delivered_total"] == 10 {
 			break
 		}
