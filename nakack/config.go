@@ -299,6 +299,7 @@ type Stats struct {
 	Suppressed          uint64 // own request rounds suppressed by another member's request
 	StaleRequests       uint64 // request ranges at or below the requester's delivered
 	MsgNotFoundSent     uint64
+	NotFoundOtherView   uint64 // MSG_NOT_FOUND not sent: the request was for another view (repair)
 	MsgNotFoundReceived uint64
 	MsgNotFoundIgnored  uint64 // not from the original sender, other view, or moving nothing
 	Duplicates          uint64 // messages already held

@@ -50,7 +50,12 @@
 // requester's next round); a request at or below what the requester reports as
 // delivered is stale (dropped, counted). For seqnos it no longer holds (at or
 // below its low), and only as the original sender, a member answers
-// MSG_NOT_FOUND carrying its low, highest sent and whole digest. Any member
+// MSG_NOT_FOUND carrying its low, highest sent and whole digest, to a
+// request for its current view only: one for another view comes from a
+// member that would ignore the answer, typically one that has left the view
+// (a graceful leaver, or an excluded member that does not know it yet)
+// whose delivered point stability no longer waits for (counted,
+// Stats.NotFoundOtherView). Any member
 // answers requests for a sender that has left the view from what it retains
 // (Data.Origin names that sender) and never with MSG_NOT_FOUND; since every
 // holder may answer, each waits a random delay over Config.RepairJitter and

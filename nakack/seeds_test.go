@@ -396,3 +396,74 @@ func TestCoordinatorFoldsOwnWhenOthersReported(t *testing.T) {
 		require.Equal(t, uint64(10), low(m), "member %v", m)
 	}
 }
+
+// TestMsgNotFoundOnlyForOwnView: the original sender answers MSG_NOT_FOUND
+// only to a request for its current view, the only one the requester would
+// take. A graceful leaver still asking after the view that dropped it
+// (stability no longer waits for it, so the sender may have purged past it:
+// gms TestRejoinNewIncarnation, seed 71) gets the repairs the sender holds
+// and no MSG_NOT_FOUND; a member still in the view whose request names the
+// previous view gets the answer once it asks in the new one.
+func TestMsgNotFoundOnlyForOwnView(t *testing.T) {
+	for _, tc := range []string{"requester left", "requester behind a view"} {
+		t.Run(tc, func(t *testing.T) {
+			c := newCluster(t, func(cfg *Config) { cfg.MaxBundle = 10 }, mB, mA)
+			for _, d := range c.send(mB, false, payloads("b", 1, 200)...) {
+				if _, _, last := dataRange(t, d); last <= 50 {
+					c.deliverTo(d, mA)
+				}
+			}
+			c.poll()
+			_, err := c.p(mB).ForcePurge(mB, 150)
+			require.NoError(t, err)
+			c.deliver(c.send(mB, false, "b201"), nil)
+			a := c.p(mA)
+			c.now = a.NextDeadline()
+			a.Tick(c.now)
+			req := c.take()
+			require.Equal(t, []wire.Range{rg(51, 200)}, xmitRanges(t, req, mB))
+
+			members := []digest.Member{mB}
+			if tc == "requester behind a view" {
+				members = append(members, mA)
+			}
+			v2 := View{ID: digest.ViewID{Coord: mB, Counter: 2}, Members: members}
+			c.p(mB).InstallView(v2, digest.Digest{}, c.now)
+			c.take()
+			c.deliver(req, func(d dgram, to digest.Member) bool { return to != mB })
+			out := c.take()
+			var repaired []uint64
+			for _, d := range out {
+				require.NotEqual(t, wire.TypeMsgNotFound, d.typ, "MSG_NOT_FOUND to a request for another view")
+				if d.typ == wire.TypeData {
+					_, first, last := dataRange(t, d)
+					repaired = append(repaired, span(first, last)...)
+				}
+			}
+			require.Equal(t, span(151, 200), repaired, "what is held is repaired all the same")
+			st := c.p(mB).Stats()
+			require.Zero(t, st.MsgNotFoundSent)
+			require.Equal(t, uint64(1), st.NotFoundOtherView)
+			if tc == "requester left" {
+				return
+			}
+			// A installs the view; its next request is answered.
+			a.InstallView(v2, digest.Digest{}, c.now)
+			c.take()
+			c.now += time.Second
+			a.Tick(c.now)
+			req = c.take()
+			require.NotEmpty(t, xmitRanges(t, req, mB))
+			c.deliver(req, func(d dgram, to digest.Member) bool { return to != mB })
+			var mnf int
+			for _, d := range c.take() {
+				if d.typ == wire.TypeMsgNotFound {
+					mnf++
+					require.Equal(t, mA, d.to)
+				}
+			}
+			require.Equal(t, 1, mnf)
+			require.Equal(t, uint64(1), c.p(mB).Stats().MsgNotFoundSent)
+		})
+	}
+}

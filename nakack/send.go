@@ -277,7 +277,16 @@ func (p *Protocol) onXmitReq(h wire.Header, body []byte, now time.Duration) erro
 
 // repair answers req for s's messages: repairs what is held (skipping what
 // was repaired within the linger), and, only for own messages, MSG_NOT_FOUND
-// for what lies at or below our low.
+// for what lies at or below our low, only to a request for our current view.
+//
+// A request for another view comes from a member that would ignore the
+// answer (onMsgNotFound takes only one for its own view): typically one
+// that has left the view, a graceful leaver still delivering or a member
+// excluded without knowing it yet, whose delivered point stability no
+// longer waits for, so our low may legitimately have passed it. A member
+// that is still installing our view cannot be behind our low (stability
+// waits for its report in our view): if it is, its next request, in our
+// view, gets the answer.
 func (p *Protocol) repair(s *sender, requester digest.Member, req *wire.XmitReq, now time.Duration) {
 	if s.win == nil {
 		return
@@ -311,9 +320,14 @@ func (p *Protocol) repair(s *sender, requester digest.Member, req *wire.XmitReq,
 		}
 	}
 	r.flush()
-	if missing.From != 0 {
-		p.sendMsgNotFound(requester, missing, now)
+	if missing.From == 0 {
+		return
 	}
+	if !p.hasView || req.View != p.view.ID {
+		p.stats.NotFoundOtherView++
+		return
+	}
+	p.sendMsgNotFound(requester, missing, now)
 }
 
 // repairRange adds s's held messages in rg to r, skipping those repaired
