@@ -178,55 +178,54 @@ var crashNames = []string{"on JoinReq", "after JoinRsp", "after View"}
 // its window.
 func TestSenderCrashSamePrefix(t *testing.T) {
 	lostSeen := 0
-	for seed := range uint64(seeds(200, 16)) {
-		h := newRHarness(t, seed, lossyNet(seed, 0.2))
-		// The founder founds after one discovery round, as when these
-		// seeds were chosen: with three rounds (the default) the first 200
-		// seeds no longer make a cut with lost ranges (6 of 800 do).
-		h.tweak = func(c *Config) { c.DiscoveryRounds = 1 }
-		all := h.joinFour()
-		start := h.s.Now()
-		stop := start + 800*time.Millisecond
-		for _, n := range all {
-			h.traffic(n, start, stop, time.Millisecond)
-		}
-		r := rand.New(rand.NewPCG(seed, 7))
-		crashAt := start + time.Duration(100+r.IntN(500))*time.Millisecond
-		victim := all[1+r.IntN(3)]
-		vm := victim.self()
-		h.s.Schedule(crashAt, func(time.Duration) { h.s.Crash(victim.Member()) })
-		surv := others(all, victim)
-		h.runUntil(func() bool { return h.s.Now() > crashAt && rConverged(surv...) && rQuiet(surv...) }, crashAt+20*time.Second, "cut closed")
-		var last *senderFold
-		for _, n := range surv {
-			_, open := n.p().WindowState(vm)
-			require.False(t, open, "seed %d: window still open at %d", seed, n.id)
-			st := n.app.state[vm]
-			require.NotNil(t, st, "seed %d", seed)
-			if last != nil {
-				require.Equal(t, *last, *st, "seed %d: survivors differ on the crashed sender's prefix", seed)
+	for _, seed := range seedList(t, 200, 16) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h := newRHarness(t, seed, lossyNet(seed, 0.2))
+			// The founder founds after one discovery round, as when these
+			// seeds were chosen: with three rounds (the default) the first 200
+			// seeds no longer make a cut with lost ranges (6 of 800 do).
+			h.tweak = func(c *Config) { c.DiscoveryRounds = 1 }
+			all := h.joinFour()
+			start := h.s.Now()
+			stop := start + 800*time.Millisecond
+			for _, n := range all {
+				h.traffic(n, start, stop, time.Millisecond)
 			}
-			last = st
-			if len(n.app.lost[vm]) > 0 {
-				lostSeen++
+			r := rand.New(rand.NewPCG(seed, 7))
+			crashAt := start + time.Duration(100+r.IntN(500))*time.Millisecond
+			victim := all[1+r.IntN(3)]
+			vm := victim.self()
+			h.s.Schedule(crashAt, func(time.Duration) { h.s.Crash(victim.Member()) })
+			surv := others(all, victim)
+			h.runUntil(func() bool { return h.s.Now() > crashAt && rConverged(surv...) && rQuiet(surv...) }, crashAt+20*time.Second, "cut closed")
+			var last *senderFold
+			for _, n := range surv {
+				_, open := n.p().WindowState(vm)
+				require.False(t, open, "seed %d: window still open at %d", seed, n.id)
+				st := n.app.state[vm]
+				require.NotNil(t, st, "seed %d", seed)
+				if last != nil {
+					require.Equal(t, *last, *st, "seed %d: survivors differ on the crashed sender's prefix", seed)
+				}
+				last = st
+				if len(n.app.lost[vm]) > 0 {
+					lostSeen++
+				}
 			}
-		}
-		h.run(max(h.s.Now(), stop))
-		h.s.SetNet(sim.NetConfig{})
-		h.runUntil(func() bool { return rAllDelivered(surv...) }, h.s.Now()+10*time.Second, "drained")
-		for _, n := range surv {
-			for _, s := range surv {
-				require.Empty(t, n.app.lost[s.self()], "seed %d: a survivor's message reported lost", seed)
+			h.run(max(h.s.Now(), stop))
+			h.s.SetNet(sim.NetConfig{})
+			h.runUntil(func() bool { return rAllDelivered(surv...) }, h.s.Now()+10*time.Second, "drained")
+			for _, n := range surv {
+				for _, s := range surv {
+					require.Empty(t, n.app.lost[s.self()], "seed %d: a survivor's message reported lost", seed)
+				}
 			}
-		}
-		h.noNotFound()
-		h.noErrors()
-		if t.Failed() {
-			return
-		}
+			h.noNotFound()
+			h.noErrors()
+		})
 	}
 	t.Logf("survivors with lost ranges of the crashed sender: %d", lostSeen)
-	if seeds(1, 0) == 1 {
+	if seeds(1, 0) == 1 && defaultSeeds() {
 		require.NotZero(t, lostSeen, "no seed made the coordinator declare a range lost (cut gaps path untested)")
 	}
 }
@@ -359,7 +358,9 @@ func TestStateTransferUnderLoss(t *testing.T) {
 // keep them apart from the old ones (the old incarnation's window is
 // closed after delivering all it sent).
 func TestRejoinNewIncarnation(t *testing.T) {
-	for seed := range uint64(seeds(20, 4)) {
+	// Seed 71: a leaver's request after the view that dropped it drew
+	// MSG_NOT_FOUND (nakack 3099734).
+	for _, seed := range seedList(t, 20, 4, 71) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			h := newRHarness(t, seed, lossyNet(seed, 0.05))
 			a, b, c := h.add(1), h.add(2), h.add(3)
