@@ -1,6 +1,7 @@
 package gms
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -18,6 +19,11 @@ type cutState struct {
 	lost     []Range
 	acks     map[digest.Member]bool
 	resendAt time.Duration
+	// closedAt: a closed cut is kept a while (pruneCuts), to answer a
+	// survivor that missed the close (its CutAck or report gets the close
+	// again) and a leaver that missed its LeaveRsp (its LEAVE gets it
+	// again).
+	closedAt time.Duration
 }
 
 type cutReport struct {
@@ -26,7 +32,9 @@ type cutReport struct {
 	gaps                []Range
 }
 
-// memberCut is a survivor's side of a cut.
+// memberCut is a survivor's side of a cut, from the first fix it applies
+// until it closes the window (the entry is then deleted: a later fix for
+// a sender it holds no window of is acknowledged at once, see applyCut).
 type memberCut struct {
 	coord    Peer
 	cut      uint64
@@ -77,7 +85,7 @@ func (g *GMS) localReport(sender digest.Member) cutReport {
 	dl, rc, gaps, ok := g.proto.SenderState(sender, g.gaps[:0])
 	g.gaps = gaps[:0]
 	r := cutReport{ok: ok, delivered: dl, received: rc, gaps: slices.Clone(gaps)}
-	if mc := g.mcuts[sender]; ok && mc != nil && mc.cut != ^uint64(0) {
+	if mc := g.mcuts[sender]; ok && mc != nil {
 		if r.received < mc.cut {
 			r.gaps = append(r.gaps, Range{From: r.received + 1, To: mc.cut})
 			r.received = mc.cut
@@ -134,6 +142,14 @@ func (g *GMS) onCutReport(m *msg, now time.Duration) {
 		}
 		return
 	}
+	if ok && c.closed {
+		// It acknowledged but still reports: it missed the close (its
+		// window is still open, tickCuts).
+		if p, in := g.view.Peer(m.sender); in && m.sender != g.self.Member {
+			g.send(p, &msg{typ: typeCut, kind: 1, view: g.view.ID, member: m.member})
+		}
+		return
+	}
 	if !ok || c.fixed {
 		return
 	}
@@ -161,12 +177,14 @@ func (g *GMS) checkCut(c *cutState, now time.Duration) {
 		}
 	}
 	c.closed = true
+	c.closedAt = now
 	g.stats.CutsClosed++
 	g.multicast(&msg{typ: typeCut, kind: 1, view: g.view.ID, member: c.dep.member})
 	g.closeMemberCut(c.dep.member, now)
 	if c.dep.graceful {
 		g.send(c.dep.peer, &msg{typ: typeLeave, kind: 1})
 	}
+	g.pruneCuts(now)
 }
 
 // fixCut picks the cut (the highest seqno any survivor received, at least a
@@ -252,14 +270,27 @@ func normRanges(rs []Range) []Range {
 
 // applyCut is a survivor's side: the protocol completes the window to the
 // cut, and we acknowledge once it holds everything up to it.
+//
+// A member that holds no window of sender and has none to close (it closed
+// it already, or never had one: it joined after sender left) has nothing
+// to complete and is acknowledged at once, keeping nothing: a coordinator
+// that resumes a cut this member closed, or a joiner that is asked about a
+// sender it never saw, must still acknowledge for the cut to close.
 func (g *GMS) applyCut(coord Peer, sender digest.Member, cut uint64, lost []Range, now time.Duration) {
 	mc, ok := g.mcuts[sender]
+	if !ok && g.open[sender] == nil {
+		if _, _, gaps, held := g.proto.SenderState(sender, g.gaps[:0]); !held {
+			g.gaps = gaps[:0]
+			g.ackCut(coord, sender, now)
+			return
+		}
+	}
 	switch {
 	case !ok:
 		mc = &memberCut{coord: coord, cut: cut, lost: slices.Clone(lost)}
 		g.mcuts[sender] = mc
 		g.proto.CompleteCut(sender, cut, lost, now)
-	case mc.cut != ^uint64(0) && (cut != mc.cut || !slices.Equal(normRanges(lost), normRanges(mc.lost))):
+	case cut != mc.cut || !slices.Equal(normRanges(lost), normRanges(mc.lost)):
 		// A coordinator that took over fixed the cut again (at least as
 		// high, declaring at least what the first fix declared).
 		mc.cut, mc.lost = cut, normRanges(append(mc.lost, lost...))
@@ -292,11 +323,16 @@ func (g *GMS) checkMemberCut(sender digest.Member, mc *memberCut, now time.Durat
 	}
 	mc.acked = true
 	mc.resendAt = now + 2*g.cfg.ViewAckTimeout
-	if mc.coord.Member == g.self.Member {
+	g.ackCut(mc.coord, sender, now)
+}
+
+// ackCut acknowledges sender's cut to coord (to ourselves when we fixed it).
+func (g *GMS) ackCut(coord Peer, sender digest.Member, now time.Duration) {
+	if coord.Member == g.self.Member {
 		g.onCutAckFrom(g.self.Member, sender, now)
 		return
 	}
-	g.send(mc.coord, &msg{typ: typeCutAck, view: g.view.ID, member: sender})
+	g.send(coord, &msg{typ: typeCutAck, view: g.view.ID, member: sender})
 }
 
 func (g *GMS) onCut(m *msg, now time.Duration) {
@@ -315,15 +351,16 @@ func (g *GMS) onCut(m *msg, now time.Duration) {
 	}
 }
 
+// closeMemberCut closes sender's window and forgets its cut: a repeat of
+// the close finds nothing, a repeat of the fix (a coordinator that took
+// over and resumed the cut) is acknowledged at once (applyCut).
 func (g *GMS) closeMemberCut(sender digest.Member, now time.Duration) {
-	mc, ok := g.mcuts[sender]
-	if !ok || mc.cut == ^uint64(0) {
+	if _, ok := g.mcuts[sender]; !ok {
 		return
 	}
 	g.proto.CloseWindow(sender, now)
 	delete(g.open, sender)
-	mc.cut = ^uint64(0) // closed; kept to ignore repeats
-	mc.acked = true
+	delete(g.mcuts, sender)
 }
 
 func (g *GMS) onCutAck(m *msg, now time.Duration) {
@@ -348,22 +385,26 @@ func (g *GMS) onCutAckFrom(from, sender digest.Member, now time.Duration) {
 // tickCuts resends cut requests and fixes to silent survivors (coordinator)
 // and re-checks and re-acknowledges pending cuts (survivor).
 func (g *GMS) tickCuts(now time.Duration) {
+	g.pruneCuts(now)
 	for _, sender := range sortedKeys(g.mcuts) {
-		mc := g.mcuts[sender]
-		if mc.cut != ^uint64(0) {
+		if mc := g.mcuts[sender]; mc != nil {
 			g.checkMemberCut(sender, mc, now)
 		}
 	}
 	coord := g.view.Coord()
 	for _, sender := range sortedKeys(g.open) {
 		ow := g.open[sender]
-		if now < ow.nudgeAt || coord.Member == g.self.Member {
+		if ow == nil || now < ow.nudgeAt || coord.Member == g.self.Member {
 			continue
 		}
 		ow.nudgeAt = now + g.cfg.ViewChangeTimeout
-		if mc := g.mcuts[sender]; mc != nil && mc.coord.Member == coord.Member {
+		if mc := g.mcuts[sender]; mc != nil && mc.coord.Member == coord.Member && !mc.acked {
 			continue // the current coordinator is cutting it
 		}
+		// No cut of the current coordinator covers it, or we acknowledged
+		// one long ago and never heard it close: the coordinator resends
+		// the close if it still has the cut, and otherwise (it forgot it,
+		// pruneCuts) cuts the sender again.
 		r := g.localReport(sender)
 		rep := &msg{typ: typeCutReport, view: g.view.ID, member: sender, a: r.delivered, b: r.received}
 		if r.ok {
@@ -406,18 +447,66 @@ func (g *GMS) cutDeadlines(at func(time.Duration)) {
 		}
 	}
 	for _, mc := range g.mcuts {
-		if mc.cut != ^uint64(0) {
-			at(mc.resendAt)
-			if !mc.acked {
-				at(g.fd.nextCheck) // poll the protocol for completion
-			}
+		at(mc.resendAt)
+		if !mc.acked {
+			at(g.fd.nextCheck) // poll the protocol for completion
 		}
 	}
-	if g.IsCoordinator() {
-		for _, c := range g.cuts {
-			if !c.closed {
-				at(c.resendAt)
-			}
+	for _, c := range g.cuts {
+		switch {
+		case c.closed:
+			at(c.closedAt + g.closedCutKept())
+		case g.IsCoordinator():
+			at(c.resendAt)
+		}
+	}
+}
+
+// closedCutKept is how long a coordinator keeps a closed cut: long enough
+// for a survivor that missed the close to ask again many times (it resends
+// its CutAck every 2×ViewAckTimeout) and for a leaver that missed its
+// LeaveRsp to resend LEAVE until it gives up (LeaveTimeout, counted from
+// before the cut started).
+func (g *GMS) closedCutKept() time.Duration {
+	return max(g.cfg.ViewChangeTimeout, g.cfg.LeaveTimeout)
+}
+
+// pruneCuts forgets the closed cuts kept closedCutKept, and the oldest
+// closed ones beyond as many as the view has members, so that a
+// coordinator's bookkeeping does not grow with every member that ever
+// departed (one that comes back is a new incarnation: setView never
+// deletes the old one's entry) nor with the rate of departures.
+//
+// Nothing depends on a closed cut afterwards. Every survivor acknowledged
+// it, so none needs data from another. A survivor that missed the close
+// through every resend still has the window open and, ViewChangeTimeout
+// after the view that dropped the sender and again every
+// ViewChangeTimeout, reports the sender to the coordinator unasked
+// (tickCuts): while the cut is kept the coordinator answers with the
+// close; once it is forgotten it starts a new cut (onCutReport), which
+// every survivor can answer (one that closed the window reports nothing
+// held and acknowledges the fix at once, applyCut; the one that did not
+// reports what the first cut gave it) and which closes at the same cut
+// with nothing more lost. A CutAck for a forgotten cut is ignored, and a
+// leaver whose LEAVE finds no cut any more gives up at its LeaveTimeout.
+func (g *GMS) pruneCuts(now time.Duration) {
+	var closed []digest.Member
+	for _, m := range sortedKeys(g.cuts) {
+		c := g.cuts[m]
+		switch {
+		case !c.closed:
+		case now >= c.closedAt+g.closedCutKept():
+			delete(g.cuts, m)
+		default:
+			closed = append(closed, m)
+		}
+	}
+	if extra := len(closed) - len(g.view.Members); extra > 0 {
+		slices.SortStableFunc(closed, func(a, b digest.Member) int {
+			return cmp.Compare(g.cuts[a].closedAt, g.cuts[b].closedAt)
+		})
+		for _, m := range closed[:extra] {
+			delete(g.cuts, m)
 		}
 	}
 }

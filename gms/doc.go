@@ -97,7 +97,19 @@
 // still holds a departed sender's window that no cut of the current
 // coordinator covers, Config.ViewChangeTimeout after the view that dropped
 // it, reports it to the coordinator unasked, which cuts it (a coordinator
-// that took over without ever installing that view).
+// that took over without ever installing that view); so does, every
+// ViewChangeTimeout, a member that acknowledged a cut and never heard it
+// close. Nothing about a departed member is kept for ever (a member that
+// comes back is a new incarnation): a survivor forgets a cut when it
+// closes the window (a later fix for a sender it holds no window of is
+// acknowledged at once), and the coordinator keeps a closed cut, to resend
+// the close to a survivor that missed it and the LeaveRsp to a leaver,
+// for max(ViewChangeTimeout, LeaveTimeout) and at most as many as its
+// view has members; once it is forgotten, a survivor that still holds the
+// window reports it as above and is cut again, at the same cut with
+// nothing more lost. A coordinator that installs a view it does not
+// coordinate (a merge led by another) drops its cuts: their survivors
+// report them to the new coordinator.
 //
 // # Merges
 //

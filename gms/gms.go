@@ -257,6 +257,10 @@ func (g *GMS) installMergeView(v View, d digest.Digest, now time.Duration) {
 // have departed: their windows stay open until their cuts close. A member
 // of v is not departed: a cut still open for it (a merge brought it back
 // before the cut closed) is dropped, never closed under a live sender.
+// A view we do not coordinate (a merge led by another coordinator) ends
+// the cuts we ran as coordinator: only a coordinator drives them, and
+// survivors whose windows are still open report them to the new one
+// (tickCuts), which cuts them again.
 func (g *GMS) setView(v View, now time.Duration) {
 	for _, p := range g.view.Members {
 		if p.Member != g.self.Member && !v.Contains(p.Member) {
@@ -269,6 +273,9 @@ func (g *GMS) setView(v View, now time.Duration) {
 		delete(g.cuts, p.Member)
 		delete(g.mcuts, p.Member)
 		delete(g.open, p.Member)
+	}
+	if v.Coord().Member != g.self.Member {
+		clear(g.cuts)
 	}
 }
 

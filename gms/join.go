@@ -14,7 +14,7 @@ type joinState struct {
 	attempt     int // discovery rounds without an answer and JOIN_REQs (MaxJoinAttempts)
 	reqs        int // JOIN_REQs sent (the backoff doubles per JOIN_REQ)
 	coord       Peer
-	incs        []uint32 // incarnations used by this join: a JoinRsp for any is accepted
+	incs        []uint32 // incarnations of the last maxJoinIncs JOIN_REQs: a JoinRsp for any is accepted
 	answers     []Peer   // coordinators named by discovery answers
 	counters    []uint64 // and the view counters they gave
 	empty       int      // discovery rounds in a row that got no answer
@@ -23,6 +23,12 @@ type joinState struct {
 	// onDiscovery).
 	deferUntil time.Duration
 }
+
+// maxJoinIncs bounds joinState.incs (a join with unbounded
+// MaxJoinAttempts may retry for ever). A coordinator answers the retries
+// of a join in progress with the JoinRsp of the incarnation it took, for at
+// most ViewChangeTimeout; the backoff makes that a handful of JOIN_REQs.
+const maxJoinIncs = 16
 
 // Join starts joining the group: discovery, then JOIN_REQ until a valid
 // JoinRsp (Listener.ViewInstalled) or Config.MaxJoinAttempts is spent
@@ -165,6 +171,9 @@ func (g *GMS) sendJoinReq(now time.Duration) {
 	g.join.attempt++
 	g.join.reqs++
 	g.inc++
+	if len(g.join.incs) >= maxJoinIncs {
+		g.join.incs = slices.Delete(g.join.incs, 0, 1)
+	}
 	g.join.incs = append(g.join.incs, g.inc)
 	g.self.Member = digest.Member{ID: g.cfg.ID, Inc: g.inc}
 	m := &msg{typ: typeJoinReq}
