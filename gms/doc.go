@@ -123,7 +123,10 @@
 // and only what the other side purged is reported lost); a cut still open
 // for a member the merge view brings back is dropped, never closed under a
 // live sender. Captures are released when every member has acknowledged, or
-// on timeout.
+// on timeout; a coordinator that leaves or is excluded during a merge
+// tells the other side at once (the leader cancels, another coordinator
+// refuses), so that nobody holds a capture for a merge that cannot
+// complete.
 //
 // # State transfer
 //

@@ -313,8 +313,10 @@ func (g *GMS) Leave(now time.Duration) error {
 	if e, ok := g.proto.Digest().Lookup(g.self.Member); ok {
 		highest = e.Received
 	}
-	// A leaving coordinator abandons its tasks; the next member takes over.
+	// A leaving coordinator abandons its tasks (and tells the other side
+	// of a merge); the next member takes over.
 	if g.IsCoordinator() {
+		g.abandonMerge(now)
 		g.releaseAll(now)
 		g.coord = coordState{}
 		g.merge = nil

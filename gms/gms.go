@@ -305,9 +305,11 @@ func (g *GMS) becomeMember(now time.Duration) error {
 
 // exit leaves the group locally: the protocol is dropped, every
 // membership task abandoned (captures held as provider or coordinator are
-// released first), and the listener told why.
+// released first; the other side of a merge is told, abandonMerge), and
+// the listener told why.
 func (g *GMS) exit(reason error, now time.Duration) {
 	if g.proto != nil {
+		g.abandonMerge(now)
 		g.releaseAll(now)
 	}
 	g.status = StatusIdle

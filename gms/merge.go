@@ -27,7 +27,7 @@ type mergeState struct {
 // leader says the merge is done or cancelled.
 type mergeHold struct {
 	id       uint64
-	leader   digest.Member
+	leader   Peer
 	capID    uint64
 	deadline time.Duration
 }
@@ -68,7 +68,7 @@ func (g *GMS) onMergeReq(m *msg, now time.Duration) {
 	}
 	g.maxCounter = max(g.maxCounter, m.view.Counter)
 	capID, d := g.proto.CaptureMergeDigest(now)
-	g.hold = &mergeHold{id: m.id, leader: m.sender, capID: capID, deadline: now + 2*g.cfg.MergeTimeout}
+	g.hold = &mergeHold{id: m.id, leader: leader, capID: capID, deadline: now + 2*g.cfg.MergeTimeout}
 	r := &msg{typ: typeMergeRsp, kind: 0, id: m.id}
 	r.withView(g.view).withDigest(d)
 	g.send(leader, r)
@@ -206,8 +206,40 @@ func (g *GMS) endMerge(kind uint8, now time.Duration) {
 	g.tryViewChange(now)
 }
 
+// abandonMerge ends this member's part in a merge when it stops
+// coordinating (Leave, exit) and tells the other side at once, so that
+// nobody holds a capture for a merge that can no longer complete: as
+// leader it sends MERGE_DONE (kind 0 if the merge view is installed, else
+// 1: cancelled) to the other coordinators, which would otherwise hold
+// theirs until their deadline (2×MergeTimeout); as another coordinator
+// holding its capture for a leader it refuses (MERGE_RSP kind 1), and the
+// leader cancels instead of waiting out its MergeTimeout. It sends once:
+// if that datagram is lost, the deadlines still release the captures. Our
+// own captures are released; the caller drops the rest.
+func (g *GMS) abandonMerge(now time.Duration) {
+	if ms := g.merge; ms != nil {
+		kind := uint8(1)
+		if ms.installed {
+			kind = 0
+		}
+		g.log.Info("gms: merge abandoned", "self", g.self.Member, "installed", ms.installed)
+		for _, o := range ms.others {
+			g.send(o, &msg{typ: typeMergeDone, kind: kind, id: ms.id})
+		}
+		if ms.captured {
+			g.proto.ReleaseCapture(ms.capID, now)
+		}
+		g.merge = nil
+	}
+	if h := g.hold; h != nil {
+		g.send(h.leader, &msg{typ: typeMergeRsp, kind: 1, id: h.id})
+		g.proto.ReleaseCapture(h.capID, now)
+		g.hold = nil
+	}
+}
+
 func (g *GMS) onMergeDone(m *msg, now time.Duration) {
-	if h := g.hold; h != nil && h.id == m.id && h.leader == m.sender {
+	if h := g.hold; h != nil && h.id == m.id && h.leader.Member == m.sender {
 		g.proto.ReleaseCapture(h.capID, now)
 		g.hold = nil
 		g.tryViewChange(now)
