@@ -108,21 +108,26 @@ func BenchmarkEngineLoopback(b *testing.B) {
 	for _, size := range []int{64, 1024} {
 		for _, idle := range []engine.IdleStrategy{engine.IdleBlock, engine.IdleYield} {
 			b.Run(fmt.Sprintf("%dB/%v", size, idle), func(b *testing.B) {
-				benchLoopback(b, size, idle, 0, engine.ThreadingShared)
+				benchLoopback(b, size, idle, 0, engine.ThreadingShared, false)
 			})
 		}
 		b.Run(fmt.Sprintf("%dB/block/loss5%%", size), func(b *testing.B) {
-			benchLoopback(b, size, engine.IdleBlock, 0.05, engine.ThreadingShared)
+			benchLoopback(b, size, engine.IdleBlock, 0.05, engine.ThreadingShared, false)
 		})
 		b.Run(fmt.Sprintf("%dB/block/dedicated", size), func(b *testing.B) {
-			benchLoopback(b, size, engine.IdleBlock, 0, engine.ThreadingDedicated)
+			benchLoopback(b, size, engine.IdleBlock, 0, engine.ThreadingDedicated, false)
+		})
+		// The sender does not deliver its own messages (Config.DiscardOwn),
+		// like the raw baseline's sender, which receives nothing.
+		b.Run(fmt.Sprintf("%dB/block/discardown", size), func(b *testing.B) {
+			benchLoopback(b, size, engine.IdleBlock, 0, engine.ThreadingShared, true)
 		})
 	}
 }
 
 // benchLoopback runs one configuration; loss is injected at the receiver
-// only.
-func benchLoopback(b *testing.B, size int, idle engine.IdleStrategy, loss float64, thr engine.Threading) {
+// only; discardOwn sets the sender's Config.DiscardOwn.
+func benchLoopback(b *testing.B, size int, idle engine.IdleStrategy, loss float64, thr engine.Threading, discardOwn bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rawCPU0 := cpuTime()
@@ -138,6 +143,8 @@ func benchLoopback(b *testing.B, size int, idle engine.IdleStrategy, loss float6
 		c.Threading = thr
 		if i == 1 {
 			c.LossRate = loss
+		} else {
+			c.DiscardOwn = discardOwn
 		}
 	})
 	payload := make([]byte, size)

@@ -66,6 +66,7 @@ func (m *Member) newNakack(self digest.Member, stableIval time.Duration) (*nakac
 		NakInterval:    cfg.NakInterval,
 		NakMaxInterval: cfg.NakMaxInterval,
 		UnicastNaks:    cfg.UnicastNaks,
+		DiscardOwn:     cfg.DiscardOwn,
 		StableInterval: stableIval,
 		StableBytes:    int64(cfg.StableBytes),
 		Seed:           cfg.LossSeed ^ self.ID ^ uint64(self.Inc)<<32,

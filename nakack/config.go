@@ -96,6 +96,11 @@ type Config struct {
 	// MaxNakRanges bounds the ranges requested per sender per round.
 	// Default 1024.
 	MaxNakRanges int
+	// DiscardOwn: Poll does not deliver this member's own messages (nor
+	// count them in Stats.Delivered); it consumes them at once, so they
+	// count as delivered here for stability, and they stay retained for
+	// repairs until stable as usual (JGroups' discard_own_messages).
+	DiscardOwn bool
 	// UnicastNaks sends requests to the original sender instead of
 	// multicasting them (no suppression; for small groups).
 	UnicastNaks bool
@@ -286,7 +291,8 @@ type Drops struct {
 // Stats are a Protocol's counters (monotonic).
 type Stats struct {
 	Sent                uint64 // messages sent (seqnos claimed)
-	Delivered           uint64 // messages delivered by Poll (own included)
+	Delivered           uint64 // messages delivered by Poll (own included, unless DiscardOwn)
+	OwnDiscarded        uint64 // own messages consumed without delivery (DiscardOwn)
 	Bundles             uint64 // data datagrams emitted (bundles and fragments)
 	Received            uint64 // messages inserted into windows
 	Retransmitted       uint64 // messages sent as repairs

@@ -89,6 +89,10 @@ func (p *Protocol) Poll(h Handler, limit int) int {
 
 // drain consumes up to max seqnos of s; more is true if it stopped at max.
 func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int, more bool) {
+	if s.own && p.cfg.DiscardOwn {
+		p.discardOwn(s)
+		return 0, false
+	}
 	if s.preLost.To != 0 && max > 0 {
 		r := s.preLost
 		s.preLost = wire.Range{}
@@ -241,4 +245,18 @@ func (p *Protocol) reportLost(s *sender, h Handler, from, to uint64) {
 	p.stats.LostRanges++
 	p.stats.LostMessages += to - from + 1
 	h.Lost(s.m, from, to)
+}
+
+// discardOwn consumes every held own message without delivering it
+// (Config.DiscardOwn). Own messages are never lost nor cut, and fragments
+// need no reassembly when nothing is delivered, so the window's delivered
+// point simply moves to its received point.
+func (p *Protocol) discardOwn(s *sender) {
+	for {
+		_, n := s.win.Consume(1 << 20)
+		if n == 0 {
+			return
+		}
+		p.stats.OwnDiscarded += uint64(n)
+	}
 }

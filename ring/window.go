@@ -389,6 +389,35 @@ func (w *Window[T]) Remove() (seq uint64, v T, ok bool) {
 	return next, v, true
 }
 
+// Consume advances delivered over up to max consecutive held entries from
+// Delivered()+1 on, stopping before a gap or a lost seqno, as RemoveBatch
+// does but without copying them: for a consumer that has nothing to do with
+// the values (they stay retained until Purge). It returns the first seqno
+// and how many it consumed. Consumer side.
+func (w *Window[T]) Consume(max int) (first uint64, n int) {
+	d := w.delivered.Load()
+	first = d + 1
+	if max <= 0 {
+		return first, 0
+	}
+	limit := min(uint64(max), w.consumerLimit(d))
+	var k uint64
+	for k < limit {
+		idx := (first + k) & w.mask
+		s := w.span(idx, limit-k)
+		x := w.present[idx>>6].Load() >> (idx & 63)
+		run := min(uint64(bits.TrailingZeros64(^x)), s)
+		k += run
+		if run < s {
+			break
+		}
+	}
+	if k > 0 {
+		w.delivered.Store(d + k) // release, as in RemoveBatch
+	}
+	return first, int(k)
+}
+
 // RemoveBatch delivers up to len(dst) consecutive held entries from
 // Delivered()+1 on into dst, stopping before a gap or a lost seqno, and
 // advances delivered once. It returns the first seqno (Delivered()+1 before
