@@ -108,26 +108,44 @@ func BenchmarkEngineLoopback(b *testing.B) {
 	for _, size := range []int{64, 1024} {
 		for _, idle := range []engine.IdleStrategy{engine.IdleBlock, engine.IdleYield} {
 			b.Run(fmt.Sprintf("%dB/%v", size, idle), func(b *testing.B) {
-				benchLoopback(b, size, idle, 0, engine.ThreadingShared, false)
+				benchLoopback(b, size, loopOpts{idle: idle})
 			})
 		}
 		b.Run(fmt.Sprintf("%dB/block/loss5%%", size), func(b *testing.B) {
-			benchLoopback(b, size, engine.IdleBlock, 0.05, engine.ThreadingShared, false)
+			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, loss: 0.05})
 		})
 		b.Run(fmt.Sprintf("%dB/block/dedicated", size), func(b *testing.B) {
-			benchLoopback(b, size, engine.IdleBlock, 0, engine.ThreadingDedicated, false)
+			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, thr: engine.ThreadingDedicated})
 		})
 		// The sender does not deliver its own messages (Config.DiscardOwn),
 		// like the raw baseline's sender, which receives nothing.
 		b.Run(fmt.Sprintf("%dB/block/discardown", size), func(b *testing.B) {
-			benchLoopback(b, size, engine.IdleBlock, 0, engine.ThreadingShared, true)
+			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, discardOwn: true})
+		})
+		// The application sends with SendBatch, 64 messages a call, like
+		// the raw baseline's sender, which fills a datagram at a time.
+		b.Run(fmt.Sprintf("%dB/block/batch", size), func(b *testing.B) {
+			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, batch: 64})
+		})
+		b.Run(fmt.Sprintf("%dB/block/batch+discardown", size), func(b *testing.B) {
+			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, batch: 64, discardOwn: true})
 		})
 	}
 }
 
-// benchLoopback runs one configuration; loss is injected at the receiver
-// only; discardOwn sets the sender's Config.DiscardOwn.
-func benchLoopback(b *testing.B, size int, idle engine.IdleStrategy, loss float64, thr engine.Threading, discardOwn bool) {
+// loopOpts is one benchLoopback configuration: loss is injected at the
+// receiver only; discardOwn sets the sender's Config.DiscardOwn; batch > 0
+// sends with SendBatch, batch messages a call.
+type loopOpts struct {
+	idle       engine.IdleStrategy
+	loss       float64
+	thr        engine.Threading
+	discardOwn bool
+	batch      int
+}
+
+// benchLoopback runs one configuration.
+func benchLoopback(b *testing.B, size int, o loopOpts) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rawCPU0 := cpuTime()
@@ -139,12 +157,12 @@ func benchLoopback(b *testing.B, size int, idle engine.IdleStrategy, loss float6
 	cs := []*counter{{want: int64(b.N)}, {want: int64(b.N)}}
 	ms := openBench(b, benchIDs(2), func(i int, c *engine.Config) {
 		c.Handler = cs[i]
-		c.Idle = idle
-		c.Threading = thr
+		c.Idle = o.idle
+		c.Threading = o.thr
 		if i == 1 {
-			c.LossRate = loss
+			c.LossRate = o.loss
 		} else {
-			c.DiscardOwn = discardOwn
+			c.DiscardOwn = o.discardOwn
 		}
 	})
 	payload := make([]byte, size)
@@ -153,10 +171,23 @@ func benchLoopback(b *testing.B, size int, idle engine.IdleStrategy, loss float6
 	b.ResetTimer()
 	start := time.Now()
 	cpu0 := cpuTime()
-	for i := 0; i < b.N; i++ {
-		payload[0] = byte(i)
-		if err := ms[0].Send(ctx, payload); err != nil {
-			b.Fatal(err)
+	if o.batch > 0 {
+		ps := make([][]byte, o.batch)
+		for i := range ps {
+			ps[i] = make([]byte, size)
+			ps[i][0] = byte(i)
+		}
+		for i := 0; i < b.N; i += o.batch {
+			if _, err := ms[0].SendBatch(ctx, ps[:min(o.batch, b.N-i)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	} else {
+		for i := 0; i < b.N; i++ {
+			payload[0] = byte(i)
+			if err := ms[0].Send(ctx, payload); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 	for cs[1].n.Load() < int64(b.N) {

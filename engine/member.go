@@ -276,6 +276,94 @@ func (m *Member) Send(ctx context.Context, payload []byte) error {
 	}
 }
 
+// TrySendBatch is TrySend for several messages, in order: it copies the
+// longest prefix of payloads that fits in the publication ring now and
+// returns how many it took. The prefix is claimed with one atomic
+// operation and published with one more, where TrySend pays two per
+// message: most of a small message's cost on the sending goroutine. err is
+// ErrBackPressure when the ring had room for fewer than all (n may be 0),
+// ErrTooLarge when payloads[n] exceeds Config.MaxMessage (those before it
+// are taken), ErrClosed after Close. The payloads are copied: the caller
+// may reuse them at once.
+func (m *Member) TrySendBatch(payloads [][]byte) (n int, err error) {
+	n, err = m.trySendBatch(payloads)
+	if err == ErrBackPressure {
+		m.ctr.backPressure.Add(1)
+	}
+	return n, err
+}
+
+func (m *Member) trySendBatch(payloads [][]byte) (int, error) {
+	if m.closing.Load() {
+		return 0, ErrClosed
+	}
+	take, tooLarge := payloads, false
+	for i, p := range payloads {
+		if len(p) > m.cfg.MaxMessage {
+			take, tooLarge = payloads[:i], true
+			break
+		}
+	}
+	n := 0
+	if len(take) > 0 {
+		n = m.q.putBatch(take)
+	}
+	switch {
+	case n < len(take):
+		return n, ErrBackPressure
+	case tooLarge:
+		return n, ErrTooLarge
+	}
+	return n, nil
+}
+
+// SendBatch sends every payload, in order, waiting under back-pressure
+// like Send (TrySendBatch for each prefix that fits). It returns how many
+// were sent: all of them with a nil error, or those before an error
+// (ErrTooLarge for payloads[n], ctx's error, ErrClosed).
+func (m *Member) SendBatch(ctx context.Context, payloads [][]byte) (int, error) {
+	sent := 0
+	for {
+		n, err := m.trySendBatch(payloads[sent:])
+		sent += n
+		if err != ErrBackPressure {
+			return sent, err
+		}
+		if err := m.awaitSpace(ctx); err != nil {
+			return sent, err
+		}
+	}
+}
+
+// awaitSpace waits until the publication ring has room (or ctx ends, or
+// the member closes), as Send does: a short spin, then the agent's token.
+func (m *Member) awaitSpace(ctx context.Context) error {
+	m.ctr.backPressureWaits.Add(1)
+	for range 64 {
+		runtime.Gosched()
+		if m.q.pub.Free() > 0 {
+			return nil
+		}
+	}
+	m.waiters.Add(1)
+	defer m.waiters.Add(-1)
+	for {
+		if m.q.pub.Free() > 0 {
+			if m.waiters.Load() > 1 {
+				m.offerSpace() // the others try the room that is left
+			}
+			return nil
+		}
+		select {
+		case <-m.space:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-m.stop:
+			return ErrClosed
+		}
+	}
+}
+
 func (m *Member) trySendQuiet(payload []byte) error {
 	if m.closing.Load() {
 		return ErrClosed

@@ -137,20 +137,39 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 		t.Skip("allocation counts are meaningless under -race")
 	}
 	for _, tc := range []struct {
-		size int
-		thr  Threading
-	}{{64, ThreadingShared}, {1024, ThreadingShared}, {64, ThreadingDedicated}, {1024, ThreadingDedicated}} {
+		size  int
+		thr   Threading
+		batch bool // SendBatch in batches of 64 instead of TrySend
+	}{{64, ThreadingShared, false}, {1024, ThreadingShared, false}, {64, ThreadingDedicated, false}, {1024, ThreadingDedicated, false},
+		{64, ThreadingShared, true}, {1024, ThreadingDedicated, true}} {
 		size := tc.size
-		t.Run(map[int]string{64: "64B", 1024: "1KiB"}[size]+"/"+tc.thr.String(), func(t *testing.T) {
+		name := map[int]string{64: "64B", 1024: "1KiB"}[size] + "/" + tc.thr.String()
+		if tc.batch {
+			name += "/batch"
+		}
+		t.Run(name, func(t *testing.T) {
 			cs := []*counter{{}, {}}
 			ms := openGroup(t, 2, func(i int, c *Config) { c.Handler = cs[i]; c.Threading = tc.thr })
 			payload := make([]byte, size)
 			const batch = 5000
+			ps := make([][]byte, 64)
+			for i := range ps {
+				ps[i] = payload
+			}
 			sent := int64(0)
 			run := func() {
-				for range batch {
-					for ms[0].TrySend(payload) != nil {
-						runtime.Gosched()
+				if tc.batch {
+					for i := 0; i < batch; i += len(ps) {
+						if _, err := ms[0].SendBatch(context.Background(), ps[:min(len(ps), batch-i)]); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				} else {
+					for range batch {
+						for ms[0].TrySend(payload) != nil {
+							runtime.Gosched()
+						}
 					}
 				}
 				sent += batch

@@ -97,15 +97,21 @@ func (q *sendQueue) claim(n int) (seq uint64, buf []byte, ok bool) {
 	if !ok {
 		return 0, nil, false
 	}
+	return seq, q.area(seq, n), true
+}
+
+// area returns the payload area of n bytes for the claimed seq: its slot in
+// the small or the inline arena, or a pooled out-of-line buffer.
+func (q *sendQueue) area(seq uint64, n int) []byte {
 	if n <= q.ssz {
 		off := int(seq&q.amask) * q.ssz
-		return seq, q.small[off : off+n : off+n], true
+		return q.small[off : off+n : off+n]
 	}
 	if n <= q.inline {
 		off := int(seq&q.amask) * q.inline
-		return seq, q.arena[off : off+n : off+n], true
+		return q.arena[off : off+n : off+n]
 	}
-	return seq, q.getBig(n), true
+	return q.getBig(n)
 }
 
 // commit publishes a claimed slot and wakes the agent if it is parked.
@@ -132,6 +138,27 @@ func (q *sendQueue) put(p []byte) bool {
 	copy(buf, p)
 	q.commit(seq, buf)
 	return true
+}
+
+// putBatch copies the longest prefix of ps that fits into the ring and
+// publishes it at once (one claim, one publication: Publication.PublishRun);
+// it returns how many it took. The caller checked the sizes.
+func (q *sendQueue) putBatch(ps [][]byte) int {
+	first, k, ok := q.pub.TryClaimUpTo(len(ps))
+	if !ok {
+		return 0
+	}
+	for i, p := range ps[:k] {
+		seq := first + uint64(i)
+		buf := q.area(seq, len(p))
+		copy(buf, p)
+		q.pub.Put(seq, buf)
+	}
+	q.pub.PublishRun(first, k)
+	if q.parked.Load() && q.parked.CompareAndSwap(true, false) {
+		q.wake()
+	}
+	return k
 }
 
 // isBig reports whether a polled payload is an out-of-line buffer.

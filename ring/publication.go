@@ -31,13 +31,20 @@ type Publication[T any] struct {
 	_    [cacheLine]byte
 	// head is the highest polled seqno (written by the consumer).
 	head atomic.Uint64
-	_    [cacheLine]byte
+	// runLeft (consumer only) is how many seqnos after head belong to a
+	// run (PublishRun) already seen committed but not yet polled: their
+	// slots carry no seq of their own.
+	runLeft uint64
+	_       [cacheLine]byte
 }
 
 // pubSlot holds one seqno's value; seq equals that seqno once committed, so
 // a slot still stamped with the previous lap's seqno reads as uncommitted.
+// A run committed at once (PublishRun) stamps only its first slot, whose
+// run is then the run's length (1 for Commit).
 type pubSlot[T any] struct {
 	seq atomic.Uint64
+	run uint64
 	v   T
 }
 
@@ -84,7 +91,48 @@ func (p *Publication[T]) TryClaim(n int) (first uint64, ok bool) {
 func (p *Publication[T]) Commit(seq uint64, v T) {
 	s := &p.slots[seq&p.mask]
 	s.v = v
+	s.run = 1
 	s.seq.Store(seq) // release: Poll reads v after seeing seq
+}
+
+// TryClaimUpTo claims min(n, free) consecutive seqnos at once (at least
+// one) and returns the first and how many; ok is false when none is free
+// or n < 1. Every claimed seqno must then be committed (Commit, or Put
+// and PublishRun).
+func (p *Publication[T]) TryClaimUpTo(n int) (first uint64, k int, ok bool) {
+	if n < 1 {
+		return 0, 0, false
+	}
+	for {
+		h := p.head.Load() // before tail, so h <= t
+		t := p.tail.Load()
+		free := p.capacity - (t - h)
+		if free == 0 {
+			return 0, 0, false
+		}
+		c := min(uint64(n), free)
+		if p.tail.CompareAndSwap(t, t+c) {
+			return t + 1, int(c), true
+		}
+	}
+}
+
+// Put writes v at seq without publishing it: PublishRun publishes a run
+// of Put values with one atomic store instead of one per seqno (on amd64
+// an atomic store is a locked exchange, a large part of a small message's
+// cost). seq must be claimed, not committed, and end up in exactly one
+// PublishRun.
+func (p *Publication[T]) Put(seq uint64, v T) {
+	p.slots[seq&p.mask].v = v
+}
+
+// PublishRun publishes seqnos first..first+n-1 (n >= 1), claimed by the
+// caller and written with Put, at once: Poll reads their values after it
+// sees the first one committed.
+func (p *Publication[T]) PublishRun(first uint64, n int) {
+	s := &p.slots[first&p.mask]
+	s.run = uint64(n)
+	s.seq.Store(first) // release: the run's Puts happen before
 }
 
 // Poll copies into dst the committed values from the next unpolled seqno
@@ -96,15 +144,21 @@ func (p *Publication[T]) Poll(dst []T) (first uint64, n int) {
 	h := p.head.Load()
 	first = h + 1
 	k := uint64(0)
+	left := p.runLeft // seqnos known committed: the rest of a run
 	for ; k < uint64(len(dst)); k++ {
 		seq := first + k
 		s := &p.slots[seq&p.mask]
-		if s.seq.Load() != seq {
-			break
+		if left == 0 {
+			if s.seq.Load() != seq {
+				break
+			}
+			left = s.run
 		}
+		left--
 		dst[k] = s.v
 		s.v = zero // drop the reference before the slot is reused
 	}
+	p.runLeft = left
 	if k > 0 {
 		p.head.Store(h + k) // release: producers may claim these slots again
 	}

@@ -343,3 +343,88 @@ func TestPublicationMPSCStress(t *testing.T) {
 	_, n := p.Poll(dst)
 	require.Equal(t, 0, n)
 }
+
+// TestPublicationRunStress mixes the two ways to commit: producers claim up
+// to 40 seqnos (TryClaimUpTo) and publish them either one by one (Commit,
+// in random order) or as runs (Put, then PublishRun, in one or several
+// chunks), while the consumer polls into buffers of random length that
+// split runs. Every seqno arrives exactly once, in order, with its value.
+func TestPublicationRunStress(t *testing.T) {
+	total := stressCount()
+	const producers = 4
+	p, err := NewPublication[uint64](128)
+	require.NoError(t, err)
+	per := total / producers
+	var f failure
+	var wg sync.WaitGroup
+	var finished atomic.Int32
+	for id := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer finished.Add(1)
+			rng := rand.New(rand.NewPCG(uint64(id), 7))
+			var order [40]uint64
+			for remaining := per; remaining > 0 && !f.abort.Load(); {
+				first, k, ok := p.TryClaimUpTo(int(min(1+rng.Uint64N(40), remaining)))
+				if !ok {
+					runtime.Gosched()
+					continue
+				}
+				n := uint64(k)
+				switch rng.IntN(3) {
+				case 0:
+					for i := range n {
+						order[i] = first + i
+					}
+					rng.Shuffle(int(n), func(i, j int) { order[i], order[j] = order[j], order[i] })
+					for _, s := range order[:n] {
+						p.Commit(s, val(s))
+					}
+				default:
+					for i := range n {
+						p.Put(first+i, val(first+i))
+					}
+					// One run, or chunks published in any order.
+					if cut := rng.Uint64N(n); cut > 0 && rng.IntN(2) == 0 {
+						p.PublishRun(first+cut, int(n-cut))
+						p.PublishRun(first, int(cut))
+					} else {
+						p.PublishRun(first, int(n))
+					}
+				}
+				remaining -= n
+			}
+		}()
+	}
+	expect := uint64(1)
+	want := per * producers
+	rng := rand.New(rand.NewPCG(99, 99))
+	dst := make([]uint64, 64)
+	for expect <= want && !f.abort.Load() {
+		final := finished.Load() == producers
+		first, n := p.Poll(dst[:1+rng.IntN(len(dst))])
+		if first != expect {
+			f.fail("poll first %d, want %d", first, expect)
+			break
+		}
+		for i, v := range dst[:n] {
+			if v != val(first+uint64(i)) {
+				f.fail("poll %d=%d", first+uint64(i), v)
+				break
+			}
+		}
+		expect += uint64(n)
+		if n == 0 {
+			if final {
+				f.fail("stuck at %d after the producers finished", expect)
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	wg.Wait()
+	require.NoError(t, f.err)
+	require.Equal(t, want+1, expect)
+	require.Equal(t, 0, p.Len())
+}

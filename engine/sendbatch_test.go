@@ -1,0 +1,110 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSendBatch: batches of varied lengths and sizes (small, inline, out
+// of line, fragmented) sent with SendBatch through a small ring arrive
+// complete and in order at both members; a too-large payload stops a
+// batch at its index with ErrTooLarge; TrySendBatch on a full ring takes
+// what fits and says ErrBackPressure.
+func TestSendBatch(t *testing.T) {
+	const n = 3000
+	rec0, rec1 := newRecorder(n), newRecorder(n)
+	ms := openGroup(t, 2, func(i int, c *Config) {
+		c.RingCapacity = 64
+		c.MaxMessage = 1 << 17
+		c.Handler = []*recorder{rec0, rec1}[i]
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	size := func(i int) int {
+		switch i % 50 {
+		case 7:
+			return 5000 // out of line
+		case 21:
+			return 70000 // fragmented
+		}
+		return i % 1200
+	}
+	var batch [][]byte
+	for i := 0; i < n; {
+		batch = batch[:0]
+		for k := 1 + i%97; k > 0 && i < n; k-- {
+			batch = append(batch, payloadOf(0, i, size(i)))
+			i++
+		}
+		sent, err := ms[0].SendBatch(ctx, batch)
+		require.NoError(t, err)
+		require.Equal(t, len(batch), sent)
+	}
+	want := expectedHash(n, func(i int) []byte { return payloadOf(0, i, size(i)) })
+	for _, r := range []*recorder{rec0, rec1} {
+		select {
+		case <-r.cond:
+		case <-ctx.Done():
+			t.Fatalf("delivered %d of %d", r.total, n)
+		}
+		r.mu.Lock()
+		require.Empty(t, r.errs)
+		require.Equal(t, want, r.hash[ms[0].Self()])
+		r.mu.Unlock()
+	}
+
+	// Too large: the payloads before it are sent, the call stops there.
+	big := make([]byte, (1<<17)+1)
+	sent, err := ms[0].SendBatch(ctx, [][]byte{{1}, {2}, big, {3}})
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.Equal(t, 2, sent)
+	k, err := ms[0].TrySendBatch([][]byte{big})
+	require.ErrorIs(t, err, ErrTooLarge)
+	require.Zero(t, k)
+}
+
+// TestTrySendBatchFullRing: with the agent held off, TrySendBatch fills
+// the ring with the prefix that fits and reports ErrBackPressure, then
+// refuses everything; the prefix is delivered in order.
+func TestTrySendBatchFullRing(t *testing.T) {
+	rec := newRecorder(16 + 8)
+	ms := openGroup(t, 2, func(i int, c *Config) {
+		c.RingCapacity = 16
+		if i == 1 {
+			c.Handler = rec
+		} else {
+			c.Handler = newRecorder(1 << 30)
+		}
+	})
+	ps := make([][]byte, 24)
+	for i := range ps {
+		ps[i] = payloadOf(0, i, 10)
+	}
+	s := ms[0]
+	s.mu.Lock()
+	k, err := s.TrySendBatch(ps)
+	k2, err2 := s.TrySendBatch(ps[k:])
+	s.mu.Unlock()
+	require.ErrorIs(t, err, ErrBackPressure)
+	require.Equal(t, 16, k)
+	require.ErrorIs(t, err2, ErrBackPressure)
+	require.Zero(t, k2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sent, err := s.SendBatch(ctx, ps[k:])
+	require.NoError(t, err)
+	require.Equal(t, 8, sent)
+	select {
+	case <-rec.cond:
+	case <-ctx.Done():
+		t.Fatalf("delivered %d", rec.total)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Empty(t, rec.errs)
+	require.Equal(t, expectedHash(24, func(i int) []byte { return payloadOf(0, i, 10) }), rec.hash[s.Self()])
+	require.GreaterOrEqual(t, s.Stats().BackPressure, uint64(2))
+}
