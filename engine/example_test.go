@@ -71,6 +71,46 @@ func (printer) Deliver(sender digest.Member, seq uint64, payload []byte) {
 }
 func (printer) Lost(sender digest.Member, from, to uint64) { fmt.Println("lost", from, to) }
 
+// SendBatch copies a batch of messages into the publication ring with one
+// atomic claim and one atomic publication (Send pays both per message),
+// waiting under back-pressure like Send.
+func ExampleMember_SendBatch() {
+	var n atomic.Int64
+	done := make(chan struct{})
+	m, err := engine.Open(context.Background(), engine.Config{
+		Group: netip.MustParseAddrPort("239.255.77.5:45605"),
+		Handler: engine.HandlerFunc(func(digest.Member, uint64, []byte) {
+			if n.Add(1) == 3*100 {
+				close(done)
+			}
+		}),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer m.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	batch := make([][]byte, 100)
+	for i := range batch {
+		batch[i] = binary.LittleEndian.AppendUint32(nil, uint32(i))
+	}
+	for range 3 {
+		if _, err := m.SendBatch(ctx, batch); err != nil { // copied: batch may be reused
+			fmt.Println(err)
+			return
+		}
+	}
+	select {
+	case <-done:
+		fmt.Println("delivered", n.Load())
+	case <-ctx.Done():
+		fmt.Println("timeout")
+	}
+	// Output: delivered 300
+}
+
 // Pull mode (no Handler): the application calls Poll. On one goroutine,
 // loop on TrySend and Poll: when TrySend reports back-pressure, Poll (which
 // lets stability free room) and retry. Never block in Send on the
