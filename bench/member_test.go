@@ -26,15 +26,18 @@ func TestRunGroupExactDelivery(t *testing.T) {
 		senders []int
 		size    int
 		loss    float64
+		batch   int // MemberConfig.SendBatch
 	}{
-		{"1to2/64B", 3, []int{0}, 64, 0},
-		{"1to2/1KiB/loss5%", 3, []int{0}, 1024, 0.05},
-		{"2senders/loss5%", 3, []int{0, 1}, 100, 0.05},
+		{"1to2/64B", 3, []int{0}, 64, 0, 0},
+		{"1to2/1KiB/loss5%", 3, []int{0}, 1024, 0.05, 0},
+		{"2senders/loss5%", 3, []int{0, 1}, 100, 0.05, 0},
+		{"1to2/64B/batch", 3, []int{0}, 64, 0, 64}, // the count is not a multiple of 64
+		{"2senders/batch/loss5%", 3, []int{0, 1}, 100, 0.05, 37},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			cfg := MemberConfig{Members: tt.members, Senders: tt.senders, MsgSize: tt.size, Count: count, Group: RandomGroup()}
+			cfg := MemberConfig{Members: tt.members, Senders: tt.senders, MsgSize: tt.size, Count: count, Group: RandomGroup(), SendBatch: tt.batch}
 			if tt.loss > 0 {
 				// Small datagrams, so that a few hundred carry data and the
 				// injected loss hits data (not only control datagrams) in
@@ -111,10 +114,13 @@ func TestRunGroupDurationAndCancel(t *testing.T) {
 		require.Positive(t, r.Senders[0].Delivered)
 	}
 
-	rs, err = RunGroup(context.Background(), MemberConfig{Members: 2, Duration: 200 * time.Millisecond, Group: RandomGroup()}, nil, nil)
-	require.NoError(t, err)
-	require.Empty(t, Verify(rs))
-	require.Positive(t, rs[1].Senders[0].Delivered)
+	for _, batch := range []int{0, 50} {
+		rs, err = RunGroup(context.Background(), MemberConfig{Members: 2, Duration: 200 * time.Millisecond, Group: RandomGroup(), SendBatch: batch}, nil, nil)
+		require.NoError(t, err)
+		require.Empty(t, Verify(rs))
+		require.Positive(t, rs[1].Senders[0].Delivered)
+		require.Equal(t, rs[0].Sent, rs[1].Senders[0].Delivered, "batch %d", batch)
+	}
 }
 
 func TestVerifyFindsDifferences(t *testing.T) {
@@ -255,6 +261,7 @@ func TestMemberMainUsageErrors(t *testing.T) {
 		{[]string{"-group", "239.1.2.3:5000", "-senders", "x"}, "-senders"},
 		{[]string{"-group", "239.1.2.3:5000", "-bogus"}, "bogus"},
 		{[]string{"-group", "239.1.2.3:5000", "-index", "3", "-members", "2"}, "Index"},
+		{[]string{"-group", "239.1.2.3:5000", "-batch", "-2"}, "-batch"},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer

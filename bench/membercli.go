@@ -45,6 +45,9 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 		"-sample", strconv.Itoa(cfg.SampleEvery),
 		"-out", out,
 	}
+	if cfg.SendBatch > 1 {
+		a = append(a, "-batch", strconv.Itoa(cfg.SendBatch))
+	}
 	if cfg.Transport != "" {
 		a = append(a, "-transport", cfg.Transport)
 	}
@@ -89,6 +92,7 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	datagram := fs.Int("datagram", 0, "largest datagram (0: interface MTU less headers)")
 	bundle := fs.Int("bundle-bytes", 0, "bundling limit in bytes (0: the datagram size)")
 	sample := fs.Int("sample", 1, "record the latency of one message in N")
+	batch := fs.Int("batch", 0, "send with SendBatch, this many messages a call (0 or 1: Send per message)")
 	timeout := fs.Duration("timeout", 0, "give up this long after sending starts (0: -duration or 10s, plus 30s)")
 	noLoop := fs.Bool("no-loopback", false, "multicast loopback off (engine.Config.NoLoopback): only for a member alone in its host or namespace")
 	out := fs.String("out", "-", "result file (- for stdout)")
@@ -105,9 +109,12 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if fs.NArg() > 0 {
 		return bad("unexpected argument %q", fs.Arg(0))
 	}
+	if *batch < 0 || *batch > maxSendBatch {
+		return bad("-batch %d: want 0..%d", *batch, maxSendBatch)
+	}
 	cfg := MemberConfig{RunID: *runID, Index: *index, Members: *members, Interface: *iface, TTL: *ttl, MsgSize: *size,
 		Count: *count, Duration: *duration, LossRate: *loss, Transport: *transport, MaxDatagram: *datagram, BundleBytes: *bundle,
-		SampleEvery: *sample, Timeout: *timeout, NoLoopback: *noLoop}
+		SampleEvery: *sample, Timeout: *timeout, NoLoopback: *noLoop, SendBatch: *batch}
 	var err error
 	if cfg.Senders, err = parseInts(*senders); err != nil {
 		return bad("-senders %q: %v", *senders, err)
@@ -168,3 +175,6 @@ func parseInts(s string) ([]int, error) {
 	}
 	return out, nil
 }
+
+// maxSendBatch bounds -batch.
+const maxSendBatch = 4096

@@ -38,6 +38,7 @@ type engineFlags struct {
 	iface            string
 	group            string
 	sample           int
+	batch            int
 }
 
 func (f *engineFlags) register(fs *flag.FlagSet, members int, duration time.Duration) {
@@ -57,6 +58,7 @@ func (f *engineFlags) register(fs *flag.FlagSet, members int, duration time.Dura
 	fs.StringVar(&f.iface, "interface", "lo", "interface to multicast on")
 	fs.StringVar(&f.group, "group", "", "multicast group ADDR:PORT in 239.0.0.0/8 (default: random 239.77.x.y:port)")
 	fs.IntVar(&f.sample, "sample", 0, "record the latency of one message in N (0: every message for 1 KiB and more, 1 in 16 below)")
+	fs.IntVar(&f.batch, "batch", 0, "senders send with SendBatch, this many messages a call (0 or 1: Send per message)")
 }
 
 // check validates the flags the way engine.Config would, naming the flag.
@@ -76,6 +78,8 @@ func (f *engineFlags) check() error {
 		return usagef("-loss %v: want 0 <= loss < 1", f.loss)
 	case f.sample < 0:
 		return usagef("-sample %d: want >= 0", f.sample)
+	case f.batch < 0 || f.batch > 4096:
+		return usagef("-batch %d: want 0..4096", f.batch)
 	}
 	switch f.transport {
 	case "udp", "auto":
@@ -133,7 +137,7 @@ func (f *engineFlags) memberConfig() bench.MemberConfig {
 	return bench.MemberConfig{Members: f.members, Senders: senders, Group: g, Interface: f.iface,
 		MsgSize: f.size, Count: f.count, Duration: f.duration, Idle: idle, Threading: thr, Transport: f.transport,
 		MaxDatagram: f.datagram, BundleBytes: f.bundleBytes, BundleDelay: f.bundleDelay, Window: f.window,
-		SampleEvery: sampleEvery(f.sample, f.size)}
+		SampleEvery: sampleEvery(f.sample, f.size), SendBatch: f.batch}
 }
 
 // sampleEvery is the latency sampling: every message from 1 KiB up, one

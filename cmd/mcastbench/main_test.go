@@ -41,6 +41,8 @@ func TestBadFlagsExit2NamingTheFlag(t *testing.T) {
 		{[]string{"throughput", "-loss", "1.5"}, "-loss"},
 		{[]string{"throughput", "-group", "10.1.2.3:5000"}, "-group"},
 		{[]string{"throughput", "-transport", "tcp"}, "-transport"},
+		{[]string{"throughput", "-batch", "5000"}, "-batch"},
+		{[]string{"netns", "-batch", "-1"}, "-batch"},
 		{[]string{"latency", "-count", "0"}, "-count"},
 		{[]string{"raw", "-receivers", "0"}, "-receivers"},
 		{[]string{"member"}, "-group"},
