@@ -106,11 +106,14 @@ func (p *Publication[T]) TryClaimUpTo(n int) (first uint64, k int, ok bool) {
 	for {
 		h := p.head.Load() // before tail, so h <= t
 		t := p.tail.Load()
-		free := p.capacity - (t - h)
-		if free == 0 {
+		// h may be stale: producers can have claimed past h+capacity
+		// since (a consumer polled in between), so t-h can exceed the
+		// capacity. That is no room, as in TryClaim (which compares
+		// without subtracting).
+		if t-h >= p.capacity {
 			return 0, 0, false
 		}
-		c := min(uint64(n), free)
+		c := min(uint64(n), p.capacity-(t-h))
 		if p.tail.CompareAndSwap(t, t+c) {
 			return t + 1, int(c), true
 		}
