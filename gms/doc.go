@@ -49,6 +49,17 @@
 // the new view has acknowledged. After Config.ViewChangeTimeout it gives up
 // waiting: the capture is released and joiners that never acknowledged are
 // excluded by the next view change (they retry with a new incarnation).
+// A member that never acknowledged stays in its old view, still counted as
+// a member and never suspected (it heartbeats), while nothing works for it
+// (its STABLE names its old view, so stability stops group-wide; it
+// ignores cut requests for members still in its view). Its heartbeats name
+// that view: the coordinator answers each with its current view when it
+// installed the member's view and only regular views since (what the lost
+// multicast would have done), and otherwise (a merge view it missed, whose
+// digest is gone, or a view it never installed) excludes it once its own
+// view is older than ViewChangeTimeout and MergeTimeout; the member
+// rejoins. Nothing is done while a view change or merge is under way (it
+// resends its view itself).
 //
 // # Leaves, failures, cuts
 //

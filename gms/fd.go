@@ -223,6 +223,57 @@ func (g *GMS) onHeartbeat(m *msg, now time.Duration) {
 		(g.view.Coord().Member == g.self.Member || m.view.Coord == g.self.Member) {
 		g.noticeExcluded(Peer{Member: m.sender, Addr: m.addr})
 	}
+	if m.kind == 0 && g.status == StatusMember && g.view.Coord().Member == g.self.Member &&
+		!m.view.Coord.IsZero() && m.view != g.view.ID && m.view.Counter <= g.view.ID.Counter {
+		if p, ok := g.view.Peer(m.sender); ok && m.sender != g.self.Member {
+			g.memberBehind(p, m.view, now)
+		}
+	}
+}
+
+// memberBehind handles p, a member of the view we coordinate whose
+// heartbeat names another view, not newer than ours: p missed our view
+// (multicast, then resent to it until ViewChangeTimeout, after which the
+// view change completes without it) and stays in its old view while we
+// count it as a member. It is never suspected (it heartbeats), yet
+// nothing works for it: the protocol drops its STABLE (tagged with its
+// view), so stability and purging stop group-wide; it ignores the cut
+// requests for members it still has in its view, so their cuts never
+// close; it does not know the joiners.
+//
+// If we installed p's view and only regular views since, our view brings
+// p forward exactly as the lost multicast would have (no digest goes with
+// a regular view for a member that was in the previous one): we send it
+// to p again, once per heartbeat of p's naming an older view, so repeated
+// loss only delays it (a heartbeat sent before p installed it costs a
+// repeat that p acknowledges again). Otherwise p missed a merge view
+// (installed with a digest that is not kept once the merge completes), or
+// a view we never installed (numbered like ours by another coordinator),
+// or is too far behind (maxViewHist): no view we can send brings it
+// forward safely, so we exclude it and it rejoins with a JoinRsp digest.
+// Only once our view is older than the longest resend phase
+// (ViewChangeTimeout, MergeTimeout): a heartbeat p sent before installing
+// a view that is still being resent is not taken for p being left behind.
+// Nothing is done while a view change or a merge is under way: they
+// resend their views themselves.
+func (g *GMS) memberBehind(p Peer, named digest.ViewID, now time.Duration) {
+	if g.coord.vc != nil || g.merge != nil || g.hold != nil {
+		return
+	}
+	if named.Counter < g.view.ID.Counter && g.regularSince(named) {
+		g.stats.ViewsResent++
+		vm := &msg{typ: typeView, kind: 0, view: g.view.ID}
+		vm.withView(g.view)
+		g.send(p, vm)
+		return
+	}
+	if now < g.viewAt+max(g.cfg.ViewChangeTimeout, g.cfg.MergeTimeout) || slices.Contains(g.coord.excl, p.Member) {
+		return
+	}
+	g.stats.BehindExcluded++
+	g.log.Warn("gms: excluding a member left behind in another view", "member", p.Member, "its view", named, "view", g.view.ID)
+	g.queueExclusion(p.Member)
+	g.tryViewChange(now)
 }
 
 // noticeExcluded sends our view to p, a member that is not in it but

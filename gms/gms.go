@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
@@ -27,6 +28,8 @@ type Stats struct {
 	CutsClosed       uint64 // departed senders' cuts closed (coordinator)
 	CutsResumed      uint64 // cuts left open by an earlier coordinator, resumed (coordinator)
 	CutReqsEarly     uint64 // cut requests ignored: the sender was still in this member's view (survivor)
+	ViewsResent      uint64 // views resent to a member whose heartbeat named an older view of ours (coordinator)
+	BehindExcluded   uint64 // members excluded because no view could bring them forward (coordinator, memberBehind)
 	StateDeferred    uint64 // state requests left unanswered while a departed sender's window was open (provider)
 	StateRetried     uint64 // complete transfers refetched because digest and view (or open windows) did not match (requester)
 	Merges           uint64 // merge views installed by this member as leader
@@ -69,6 +72,11 @@ type GMS struct {
 	xfer  *xferReq             // as state requester
 	prov  map[uint64]*xferProv // as state provider
 	done  xferDone             // last completed transfer, to re-acknowledge
+
+	// hist: the last views this member installed (at most maxViewHist),
+	// oldest first; viewAt: when the current one was (memberBehind).
+	hist   []viewRecord
+	viewAt time.Duration
 }
 
 // New returns a GMS in StatusIdle. Call Join to enter a group.
@@ -241,6 +249,7 @@ func (g *GMS) NextDeadline() time.Duration {
 // view. joinDigest is non-zero only for the joiner.
 func (g *GMS) installView(v View, joinDigest digest.Digest, now time.Duration) {
 	g.setView(v, now)
+	g.recordView(v.ID, false)
 	g.proto.InstallView(v, joinDigest, now)
 	g.viewInstalled(v, now)
 }
@@ -249,6 +258,7 @@ func (g *GMS) installView(v View, joinDigest digest.Digest, now time.Duration) {
 // call: see Protocol.InstallMergeView).
 func (g *GMS) installMergeView(v View, d digest.Digest, now time.Duration) {
 	g.setView(v, now)
+	g.recordView(v.ID, true)
 	g.proto.InstallMergeView(v, d, now)
 	g.viewInstalled(v, now)
 }
@@ -268,6 +278,7 @@ func (g *GMS) setView(v View, now time.Duration) {
 		}
 	}
 	g.view = v
+	g.viewAt = now
 	g.maxCounter = max(g.maxCounter, v.ID.Counter)
 	for _, p := range v.Members {
 		delete(g.cuts, p.Member)
@@ -277,6 +288,39 @@ func (g *GMS) setView(v View, now time.Duration) {
 	if v.Coord().Member != g.self.Member {
 		clear(g.cuts)
 	}
+}
+
+// viewRecord is one view in GMS.hist.
+type viewRecord struct {
+	id    digest.ViewID
+	merge bool // installed with a merge digest
+}
+
+// maxViewHist bounds GMS.hist: a member further behind is excluded rather
+// than brought forward (memberBehind).
+const maxViewHist = 16
+
+func (g *GMS) recordView(id digest.ViewID, merge bool) {
+	if len(g.hist) >= maxViewHist {
+		g.hist = slices.Delete(g.hist, 0, 1)
+	}
+	g.hist = append(g.hist, viewRecord{id: id, merge: merge})
+}
+
+// regularSince reports whether id is one of the views this member
+// installed and every view it installed since was a regular one (no merge
+// digest): a member still in view id installs the current view as it
+// would have installed each of them, and misses no digest.
+func (g *GMS) regularSince(id digest.ViewID) bool {
+	for i := len(g.hist) - 1; i >= 0; i-- {
+		if g.hist[i].id == id {
+			return true
+		}
+		if g.hist[i].merge {
+			return false
+		}
+	}
+	return false
 }
 
 func (g *GMS) viewInstalled(v View, now time.Duration) {
@@ -321,6 +365,7 @@ func (g *GMS) exit(reason error, now time.Duration) {
 	clear(g.cuts)
 	clear(g.mcuts)
 	clear(g.open)
+	g.hist = g.hist[:0]
 	g.merge, g.hold = nil, nil
 	if g.xfer != nil && g.cfg.Listener != nil {
 		g.cfg.Listener.StateInstalled(ErrNotMember)
