@@ -32,7 +32,11 @@
 // JOIN_REQ with a new incarnation each time, and retries with exponential
 // backoff until a valid JoinRsp arrives or Config.MaxJoinAttempts is spent
 // (ErrJoinFailed). A JoinRsp for any incarnation of the current join attempt
-// is accepted, so a lost JoinRsp does not cost a whole view change. If
+// is accepted, so a lost JoinRsp does not cost a whole view change. A
+// JOIN_REQ names the oldest incarnation the joiner still accepts a JoinRsp
+// for: a retry that reaches the coordinator after the joiner got in with an
+// earlier incarnation of the same join is ignored, not taken for a new
+// incarnation replacing (excluding) the member that just joined. If
 // nobody answers Config.DiscoveryRounds discovery rounds in a row and
 // Config.CreateGroup is set, the member founds a singleton group (an answer
 // slower than one round still arrives in a later one). Joiners started

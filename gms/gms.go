@@ -22,6 +22,7 @@ type Stats struct {
 	JoinDigestRetry  uint64 // join digests that had an unset entry (seed 002)
 	JoinsDropped     uint64 // joins given up after DigestRetries (no JoinRsp sent)
 	JoinAttempts     uint64 // JOIN_REQs sent
+	JoinReqStale     uint64 // JOIN_REQs ignored: a late retry of a join already admitted (coordinator)
 	ViewChangeAborts uint64 // view changes that timed out waiting for acks
 	Suspicions       uint64 // members this member suspected
 	Unsuspicions     uint64 // suspicions withdrawn: the suspect was heard from again (Listener.Unsuspected)

@@ -167,6 +167,10 @@ func (g *GMS) tickJoin(now time.Duration) {
 }
 
 // sendJoinReq sends JOIN_REQ with a new incarnation and arms the backoff.
+// The request carries (a) the oldest incarnation whose JoinRsp we still
+// accept (join.incs[0]), so that the coordinator does not take a late
+// request for a newer one as a new member replacing one it already
+// admitted from this join (see onJoinReq).
 func (g *GMS) sendJoinReq(now time.Duration) {
 	g.join.attempt++
 	g.join.reqs++
@@ -176,7 +180,7 @@ func (g *GMS) sendJoinReq(now time.Duration) {
 	}
 	g.join.incs = append(g.join.incs, g.inc)
 	g.self.Member = digest.Member{ID: g.cfg.ID, Inc: g.inc}
-	m := &msg{typ: typeJoinReq}
+	m := &msg{typ: typeJoinReq, a: uint64(g.join.incs[0])}
 	m.withAddr(g.cfg.Addr)
 	g.send(g.join.coord, m)
 	g.stats.JoinAttempts++
@@ -295,6 +299,16 @@ type viewChange struct {
 }
 
 // onJoinReq queues a joiner (coordinator), or redirects it.
+//
+// A member of the view with the joiner's id and an older incarnation is
+// replaced (excluded by the view that admits the joiner), unless it was
+// admitted from this same join: its incarnation is at or above the oldest
+// one the joiner still accepts a JoinRsp for (field a). The request is then
+// a retry the joiner sent before it got that member's JoinRsp, arriving
+// late; the joiner is that member, or, if it never acknowledged its view,
+// the member is queued for exclusion or suspected, and then replaced as
+// usual. Replacing a member that acknowledged would exclude a member that
+// just joined (it leaves with ErrExcluded) for an incarnation nobody runs.
 func (g *GMS) onJoinReq(m *msg, now time.Duration) {
 	if g.status != StatusMember || m.addr == "" {
 		return
@@ -322,6 +336,11 @@ func (g *GMS) onJoinReq(m *msg, now time.Duration) {
 			return // already in: a duplicate
 		}
 		if p.Member.ID == joiner.Member.ID && p.Member != g.self.Member {
+			if m.a != 0 && uint64(p.Member.Inc) >= m.a && p.Member.Inc < joiner.Member.Inc &&
+				!slices.Contains(g.coord.excl, p.Member) && !g.fd.suspected[p.Member] {
+				g.stats.JoinReqStale++
+				return // a late retry of p's join
+			}
 			g.queueExclusion(p.Member) // an older incarnation: replaced
 		}
 	}
