@@ -130,8 +130,11 @@
 //
 // Coordinators put their view id in their heartbeats; a coordinator that
 // hears another group's coordinator starts a merge if its member id is the
-// smaller. Both capture their digests; the leader builds the merge view (its
-// members, then the others', counter above both) and its digest by merging
+// smaller; it resends its request every Config.ViewAckTimeout until
+// answered, and a coordinator holding its capture for that merge answers a
+// repeat with the same answer. Both capture their digests; the leader
+// builds the merge view (its members, then the others', counter above
+// both) and its digest by merging
 // the partitions' digests, leaving out members no digest covers; members
 // install view and digest in one step (Protocol.InstallMergeView: the other
 // partition's senders resume where their windows were closed after the cut,

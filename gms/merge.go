@@ -16,6 +16,8 @@ type mergeState struct {
 	own       digest.Digest
 	deadline  time.Duration
 	installed bool
+	reqMsg    []byte        // MERGE_REQ, resent until every other coordinator answers
+	reqAt     time.Duration // its next resend
 	view      View
 	dig       digest.Digest
 	viewMsg   []byte
@@ -30,6 +32,7 @@ type mergeHold struct {
 	leader   Peer
 	capID    uint64
 	deadline time.Duration
+	rsp      []byte // our answer, sent again to a repeat of the request
 }
 
 // mergeCandidate is called when a coordinator hears another group's
@@ -45,11 +48,29 @@ func (g *GMS) mergeCandidate(other Peer, otherView digest.ViewID, now time.Durat
 	ms.captured = true
 	g.merge = ms
 	g.log.Info("gms: merge started", "self", g.self.Member, "with", other.Member)
-	for _, o := range ms.others {
-		r := &msg{typ: typeMergeReq, id: ms.id, view: g.view.ID}
-		r.withAddr(g.cfg.Addr)
-		g.send(o, r)
+	r := &msg{typ: typeMergeReq, id: ms.id, view: g.view.ID}
+	r.withAddr(g.cfg.Addr)
+	b, err := r.encode(g.cfg.Group, g.self.Member)
+	if err != nil {
+		g.log.Error("gms: encode merge request", "err", err)
+		g.cancelMerge(now)
+		return
 	}
+	ms.reqMsg = b
+	g.sendMergeReq(now)
+}
+
+// sendMergeReq sends the merge request to every other coordinator that has
+// not answered yet, and arms its resend: a lost request or answer costs
+// ViewAckTimeout, not the whole MergeTimeout.
+func (g *GMS) sendMergeReq(now time.Duration) {
+	ms := g.merge
+	for _, o := range ms.others {
+		if ms.rsps[o.Member] == nil {
+			g.sendRaw(o, ms.reqMsg)
+		}
+	}
+	ms.reqAt = now + g.cfg.ViewAckTimeout
 }
 
 // onMergeReq: another group's coordinator leads a merge; answer with our
@@ -60,7 +81,10 @@ func (g *GMS) onMergeReq(m *msg, now time.Duration) {
 		return
 	}
 	if h := g.hold; h != nil && h.id == m.id {
-		return // a repeat; our answer is on its way or lost with the merge
+		if h.leader.Member == m.sender {
+			g.sendRaw(leader, h.rsp) // a repeat: our answer (or its request) was lost
+		}
+		return
 	}
 	if g.merge != nil || g.hold != nil || g.coord.vc != nil || !m.sender.Less(g.self.Member) {
 		g.send(leader, &msg{typ: typeMergeRsp, kind: 1, id: m.id})
@@ -68,10 +92,16 @@ func (g *GMS) onMergeReq(m *msg, now time.Duration) {
 	}
 	g.maxCounter = max(g.maxCounter, m.view.Counter)
 	capID, d := g.proto.CaptureMergeDigest(now)
-	g.hold = &mergeHold{id: m.id, leader: leader, capID: capID, deadline: now + 2*g.cfg.MergeTimeout}
 	r := &msg{typ: typeMergeRsp, kind: 0, id: m.id}
 	r.withView(g.view).withDigest(d)
-	g.send(leader, r)
+	b, err := r.encode(g.cfg.Group, g.self.Member)
+	if err != nil {
+		g.log.Error("gms: encode merge answer", "err", err)
+		g.proto.ReleaseCapture(capID, now)
+		return
+	}
+	g.hold = &mergeHold{id: m.id, leader: leader, capID: capID, deadline: now + 2*g.cfg.MergeTimeout, rsp: b}
+	g.sendRaw(leader, b)
 }
 
 func (g *GMS) onMergeRsp(m *msg, now time.Duration) {
@@ -259,6 +289,9 @@ func (g *GMS) tickMerge(now time.Duration) {
 		g.cancelMerge(now)
 		return
 	}
+	if !ms.installed && now >= ms.reqAt {
+		g.sendMergeReq(now)
+	}
 	if ms.installed && now >= ms.resendAt {
 		ms.resendAt = now + g.cfg.ViewAckTimeout
 		for _, p := range ms.view.Members {
@@ -277,6 +310,8 @@ func (g *GMS) mergeDeadlines(at func(time.Duration)) {
 		at(ms.deadline)
 		if ms.installed {
 			at(ms.resendAt)
+		} else {
+			at(ms.reqAt)
 		}
 	}
 }
