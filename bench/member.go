@@ -605,14 +605,8 @@ func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfi
 	for i := MinMsgSize; i < len(p); i++ {
 		p[i] = byte(i)
 	}
-	var deadline int64
-	if cfg.Duration > 0 {
-		deadline = Nanotime() + int64(cfg.Duration)
-	}
-	sendCtx, cancel := context.WithCancel(ctx)
+	deadline, sendCtx, cancel := sendSetup(ctx, runCtx, cfg)
 	defer cancel()
-	stop := context.AfterFunc(runCtx, cancel)
-	defer stop()
 	// The send time goes into the messages whose latency receivers
 	// record (index % SampleEvery == 0) and the first; the clock is read
 	// for those and every 256th message (the deadline), not for every
@@ -662,14 +656,8 @@ func sendBatches(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfig
 			bufs[k][i] = byte(i)
 		}
 	}
-	var deadline int64
-	if cfg.Duration > 0 {
-		deadline = Nanotime() + int64(cfg.Duration)
-	}
-	sendCtx, cancel := context.WithCancel(ctx)
+	deadline, sendCtx, cancel := sendSetup(ctx, runCtx, cfg)
 	defer cancel()
-	stop := context.AfterFunc(runCtx, cancel)
-	defer stop()
 	var sent uint64
 	for {
 		now := Nanotime()
@@ -705,4 +693,16 @@ func sendBatches(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfig
 			return int64(sent), nil
 		}
 	}
+}
+
+// sendSetup returns a sender's deadline (Nanotime; 0 without a Duration)
+// and the context its messages but the last are sent under: ctx, also
+// cancelled when runCtx ends. cancel releases it.
+func sendSetup(ctx, runCtx context.Context, cfg MemberConfig) (deadline int64, sendCtx context.Context, cancel func()) {
+	if cfg.Duration > 0 {
+		deadline = Nanotime() + int64(cfg.Duration)
+	}
+	sendCtx, cancelSend := context.WithCancel(ctx)
+	stop := context.AfterFunc(runCtx, cancelSend)
+	return deadline, sendCtx, func() { stop(); cancelSend() }
 }

@@ -309,30 +309,8 @@ func TestPublicationMPSCStress(t *testing.T) {
 		}()
 	}
 	dst := make([]uint64, 64)
-	expect := uint64(1)
 	want := per * producers
-	for expect <= want && !f.abort.Load() {
-		final := finished.Load() == producers // then a Poll without progress means stuck
-		first, n := p.Poll(dst)
-		if first != expect {
-			f.fail("poll first %d, want %d", first, expect)
-			break
-		}
-		for i, v := range dst[:n] {
-			if v != val(first+uint64(i)) {
-				f.fail("poll %d=%d", first+uint64(i), v)
-				break
-			}
-		}
-		expect += uint64(n)
-		if n == 0 {
-			if final {
-				f.fail("stuck at %d after the producers finished", expect)
-				break
-			}
-			runtime.Gosched()
-		}
-	}
+	expect := pollAll(p, want, &f, func() bool { return finished.Load() == producers }, func() []uint64 { return dst })
 	wg.Wait()
 	require.NoError(t, f.err)
 	require.Equal(t, want+1, expect)
@@ -397,13 +375,28 @@ func TestPublicationRunStress(t *testing.T) {
 			}
 		}()
 	}
-	expect := uint64(1)
 	want := per * producers
 	rng := rand.New(rand.NewPCG(99, 99))
 	dst := make([]uint64, 64)
+	expect := pollAll(p, want, &f, func() bool { return finished.Load() == producers },
+		func() []uint64 { return dst[:1+rng.IntN(len(dst))] })
+	wg.Wait()
+	require.NoError(t, f.err)
+	require.Equal(t, want+1, expect)
+	require.Equal(t, 0, p.Len())
+}
+
+// pollAll is the stress tests' consumer: it polls p into buf() until it has
+// seqnos 1..want, checking that they come in order with their values
+// (val), and returns the next seqno expected (want+1 when complete). done
+// reports that the producers finished: a poll without progress after that
+// means the ring is stuck.
+func pollAll(p *Publication[uint64], want uint64, f *failure, done func() bool, buf func() []uint64) uint64 {
+	expect := uint64(1)
 	for expect <= want && !f.abort.Load() {
-		final := finished.Load() == producers
-		first, n := p.Poll(dst[:1+rng.IntN(len(dst))])
+		final := done() // read before the poll
+		dst := buf()
+		first, n := p.Poll(dst)
 		if first != expect {
 			f.fail("poll first %d, want %d", first, expect)
 			break
@@ -423,8 +416,5 @@ func TestPublicationRunStress(t *testing.T) {
 			runtime.Gosched()
 		}
 	}
-	wg.Wait()
-	require.NoError(t, f.err)
-	require.Equal(t, want+1, expect)
-	require.Equal(t, 0, p.Len())
+	return expect
 }

@@ -526,14 +526,7 @@ func (u *UDP) pollRead(uintptr) bool {
 // It only reports nothing when both sockets were empty in this call, which
 // is what makes waiting on the epoll set safe.
 func (u *UDP) readBoth() {
-	r := &u.rd
-	r.calls++
-	if u.graw == nil || r.calls%4 == 0 {
-		u.readUnicastFirst()
-		return
-	}
-	u.recvFrom(u.graw)
-	if r.n == 0 && r.err == nil {
+	if !u.readGroupFirst() && u.rd.n == 0 && u.rd.err == nil {
 		u.recvFrom(u.uraw)
 	}
 }
@@ -543,13 +536,21 @@ func (u *UDP) readBoth() {
 // polls while idle so pays one recvmmsg per empty poll instead of two; a
 // unicast datagram waits at most three more polls (microseconds).
 func (u *UDP) readPolled() {
+	u.readGroupFirst()
+}
+
+// readGroupFirst is the read both share: every fourth call (or without a
+// group socket) unicast first, then the group with the slots left, and it
+// reports true; otherwise the group socket alone, and false.
+func (u *UDP) readGroupFirst() (unicastRead bool) {
 	r := &u.rd
 	r.calls++
 	if u.graw == nil || r.calls%4 == 0 {
 		u.readUnicastFirst()
-		return
+		return true
 	}
 	u.recvFrom(u.graw)
+	return false
 }
 
 func (u *UDP) readUnicastFirst() {
