@@ -27,8 +27,8 @@ func isAborted(p []byte) bool {
 }
 
 // sendQueue is the hand-off from publishing goroutines to the agent: an MPSC
-// ring.Publication of payload slices plus two byte arenas of 2*capacity fixed-size
-// inline slots indexed by seqno: a small one (smallInline bytes a slot) for
+// ring.Publication of payload slices plus two byte arenas of 2*capacity
+// fixed-size inline slots indexed by seqno: a small one (smallInline bytes a slot) for
 // small payloads and one of InlineSize bytes a slot for the rest. Small
 // messages so occupy a compact region: a stream of 64 B messages touches
 // 2*capacity*smallInline bytes (1 MiB by default) instead of
@@ -90,8 +90,8 @@ func newSendQueue(capacity, inline int, wake func()) (*sendQueue, error) {
 const smallInline = 128
 
 // claim reserves one seqno and returns the writable payload area of n bytes
-// for it. The caller must then commit(seq, buf) (or abort(seq)) exactly
-// once.
+// for it. The caller must then commit(seq, buf) (or abort(seq, buf))
+// exactly once.
 func (q *sendQueue) claim(n int) (seq uint64, buf []byte, ok bool) {
 	seq, ok = q.pub.TryClaim(1)
 	if !ok {
