@@ -247,6 +247,35 @@ func (p *ponger) Deliver(s digest.Member, _ uint64, _ []byte) {
 }
 func (p *ponger) Lost(digest.Member, uint64, uint64) {}
 
+// chainPinger is member A's handler when the ping-pong runs from the
+// handlers on both sides: on each pong it records the round trip and sends
+// the next ping itself, on A's agent goroutine, as the raw ping-pong's
+// goroutine answers right after its read; no third goroutine takes part.
+type chainPinger struct {
+	peer   digest.Member
+	m      *engine.Member
+	buf    []byte
+	sentAt time.Time
+	rtts   []time.Duration // preallocated: warm-up and measured
+	done   chan struct{}
+}
+
+func (p *chainPinger) Deliver(s digest.Member, _ uint64, _ []byte) {
+	if s != p.peer || len(p.rtts) == cap(p.rtts) {
+		return
+	}
+	now := time.Now()
+	p.rtts = append(p.rtts, now.Sub(p.sentAt))
+	if len(p.rtts) == cap(p.rtts) {
+		close(p.done)
+		return
+	}
+	p.sentAt = time.Now()
+	for p.m.TrySend(p.buf) != nil {
+	}
+}
+func (p *chainPinger) Lost(digest.Member, uint64, uint64) {}
+
 // BenchmarkEnginePingPong measures the round trip of 64 B messages between
 // two members on loopback (multicast both ways, push delivery, shared-mode
 // agent), and in the same run the raw UDP multicast ping-pong of bench/
@@ -285,16 +314,53 @@ func BenchmarkEnginePingPong(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			slices.Sort(rtts)
-			p50, p99 := rtts[len(rtts)/2], rtts[len(rtts)*99/100]
-			b.ReportMetric(float64(p50)/1e3, "p50-us")
-			b.ReportMetric(float64(p99)/1e3, "p99-us")
-			b.ReportMetric(float64(raw.P50)/1e3, "raw-p50-us")
-			b.ReportMetric(float64(raw.P99)/1e3, "raw-p99-us")
-			b.ReportMetric(float64(p50)/float64(raw.P50), "p50-engine/raw")
-			b.ReportMetric(float64(p99)/float64(raw.P99), "p99-engine/raw")
+			reportPingPong(b, rtts, raw)
+		})
+		// The same with both sides answering from their handlers (the
+		// first ping aside): the application's goroutine does not take
+		// part, so two goroutines spin or poll, as in the raw ping-pong.
+		b.Run(idle.String()+"/handlers", func(b *testing.B) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			raw, err := bench.RunRawPingPong(ctx, bench.PingPongConfig{Group: benchGroup(), Count: max(b.N, 100), Multicast: true, BusyPoll: idle == engine.IdleSpin})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids := benchIDs(2)
+			warm := max(b.N/10, 10)
+			pi := &chainPinger{peer: ids[1], buf: make([]byte, 64), rtts: make([]time.Duration, 0, warm+b.N), done: make(chan struct{})}
+			po := &ponger{peer: ids[0], buf: make([]byte, 64)}
+			ms := openBench(b, ids, func(i int, c *engine.Config) {
+				c.Idle = idle
+				c.Handler = []engine.Handler{pi, po}[i]
+			})
+			pi.m = ms[0]
+			po.m.Store(ms[1])
+			b.ResetTimer()
+			pi.sentAt = time.Now()
+			for ms[0].TrySend(pi.buf) != nil {
+			}
+			select {
+			case <-pi.done:
+			case <-ctx.Done():
+				b.Fatalf("%d of %d round trips", len(pi.rtts), cap(pi.rtts))
+			}
+			b.StopTimer()
+			reportPingPong(b, slices.Clone(pi.rtts[warm:]), raw)
 		})
 	}
+}
+
+// reportPingPong reports the p50 and p99 of rtts beside the raw ping-pong's.
+func reportPingPong(b *testing.B, rtts []time.Duration, raw bench.PingPongResult) {
+	slices.Sort(rtts)
+	p50, p99 := rtts[len(rtts)/2], rtts[len(rtts)*99/100]
+	b.ReportMetric(float64(p50)/1e3, "p50-us")
+	b.ReportMetric(float64(p99)/1e3, "p99-us")
+	b.ReportMetric(float64(raw.P50)/1e3, "raw-p50-us")
+	b.ReportMetric(float64(raw.P99)/1e3, "raw-p99-us")
+	b.ReportMetric(float64(p50)/float64(raw.P50), "p50-engine/raw")
+	b.ReportMetric(float64(p99)/float64(raw.P99), "p99-engine/raw")
 }
 
 // cpuTime is the process's user+system CPU time so far: CPU per message is
