@@ -366,8 +366,11 @@ type Config struct {
 	// delivered here for stability (at once), are retained for repairs
 	// until stable, and appear in Stats.Protocol.OwnDiscarded instead of
 	// Stats.Delivered. It saves the sender the delivery of every message
-	// it sends (about a tenth of a 64 B stream's CPU). Default false:
-	// every member delivers every message, its own included.
+	// it sends (about a tenth of a 64 B stream's CPU). An application that
+	// builds state from the messages must apply its own as it sends them:
+	// the digest a state transfer hands out counts them as delivered.
+	// Default false: every member delivers every message, its own
+	// included.
 	DiscardOwn bool
 }
 
