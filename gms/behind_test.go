@@ -32,10 +32,7 @@ func TestMemberLeftBehindGetsView(t *testing.T) {
 	for seed := range uint64(seeds(40, 8)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			h := newHarness(t, seed, lossyNet(seed, 0.05))
-			all := []*node{h.add(1), h.add(2), h.add(3), h.add(4)}
-			h.join(0, all[0])
-			h.join(60*time.Millisecond, all[1:]...)
-			h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
+			all := h.joinFour()
 			vs := byView(all[0].g.View(), all)
 			r := rand.New(rand.NewPCG(seed, 43))
 			a := vs[0]
@@ -56,12 +53,7 @@ func TestMemberLeftBehindGetsView(t *testing.T) {
 				final = append(final, j)
 			} else {
 				h.s.Schedule(at, func(time.Duration) { h.s.Crash(x.Member()) })
-				final = nil
-				for _, n := range all {
-					if n != x {
-						final = append(final, n)
-					}
-				}
+				final = without(all, x)
 			}
 			old := m.g.View().ID
 			k := r.IntN(4)
@@ -100,7 +92,7 @@ func TestMemberLeftBehindGetsView(t *testing.T) {
 			require.LessOrEqual(t, h.s.Now()-vcDone, time.Duration(k+1)*hb+5*hb,
 				"view change given up at %v, M caught up at %v (%d resends dropped)", vcDone, h.s.Now(), k)
 			require.NotZero(t, a.g.Stats().ViewsResent) // datagrams dropped, duplicates included
-			h.runUntil(func() bool { return converged(final...) && quiet(final...) }, h.s.Now()+10*time.Second, "one view")
+			h.runUntil(func() bool { return settled(final...) }, h.s.Now()+10*time.Second, "one view")
 			h.runUntil(func() bool { return a.p.wins[a.self()].low > low }, h.s.Now()+5*time.Second, "purging resumed")
 			for _, n := range final {
 				require.Empty(t, n.left, "node %d", n.id)
@@ -125,21 +117,8 @@ func TestMemberMissingMergeViewExcluded(t *testing.T) {
 	for seed := range uint64(seeds(10, 3)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			h := newHarness(t, seed, sim.NetConfig{Jitter: 300 * time.Microsecond})
-			all := []*node{h.add(1), h.add(2), h.add(3), h.add(4)}
-			h.join(0, all[0])
-			h.join(60*time.Millisecond, all[1:]...)
-			h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
-			vs := byView(all[0].g.View(), all)
-			a, b, c, d := vs[0], vs[1], vs[2], vs[3]
-			start := h.s.Now()
-			heal := start + 1500*time.Millisecond
-			for _, n := range all {
-				h.traffic(n, start, heal-300*time.Millisecond, 5*time.Millisecond)
-			}
-			h.s.Partition(start+100*time.Millisecond, heal,
-				[]digest.Member{a.Member(), b.Member()}, []digest.Member{c.Member(), d.Member()})
-			h.runUntil(func() bool { return converged(a, b) && converged(c, d) && quiet(a, b) && quiet(c, d) },
-				heal, "two views")
+			all := h.joinFour()
+			a, b, c, d, heal := h.splitPairs(all)
 			dm := d.self()
 			cv := d.g.View().ID
 			d.rejoin = true
@@ -152,7 +131,7 @@ func TestMemberMissingMergeViewExcluded(t *testing.T) {
 			h.runUntil(func() bool { return len(d.left) > 0 }, h.s.Now()+10*time.Second, "D excluded")
 			require.Equal(t, []error{ErrExcluded}, d.left)
 			require.Equal(t, uint64(1), a.g.Stats().BehindExcluded)
-			h.runUntil(func() bool { return d.self() != dm && converged(all...) && quiet(all...) },
+			h.runUntil(func() bool { return d.self() != dm && settled(all...) },
 				h.s.Now()+10*time.Second, "one view")
 			require.Equal(t, a.self(), a.g.View().Coord().Member)
 			for _, n := range []*node{a, b, c} {

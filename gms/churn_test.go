@@ -46,9 +46,7 @@ func TestChurnBoundsMembershipState(t *testing.T) {
 			h := newHarness(t, seed, lossyNet(seed, 0.05))
 			live := []*node{h.add(1), h.add(2), h.add(3), h.add(4), h.add(5)}
 			nextID := uint64(6)
-			h.join(0, live[0])
-			h.join(60*time.Millisecond, live[1:]...)
-			h.runUntil(func() bool { return converged(live...) && quiet(live...) }, 5*time.Second, "joined")
+			h.formGroup(live...)
 			const every = 10 * time.Millisecond
 			forever := time.Duration(1<<62 - 1)
 			for _, n := range live {
@@ -125,12 +123,7 @@ func TestChurnBoundsMembershipState(t *testing.T) {
 					victim = vs[1+r.IntN(len(vs)-1)]
 				}
 				vm := victim.self()
-				var surv []*node
-				for _, n := range live {
-					if n != victim {
-						surv = append(surv, n)
-					}
-				}
+				surv := without(live, victim)
 				stuckAt, stuckClosed, stuckGone, stuckForgotten = nil, false, false, false
 				if victim != coord && r.IntN(2) == 0 {
 					for stuckAt == nil || stuckAt == coord {
@@ -165,7 +158,7 @@ func TestChurnBoundsMembershipState(t *testing.T) {
 				}
 				h.runUntil(func() bool {
 					return h.s.Now() > start && !live[0].g.View().Contains(vm) &&
-						converged(live...) && quiet(live...)
+						settled(live...)
 				}, start+40*time.Second, fmt.Sprintf("round %d (%s of %v)", round, what, vm))
 				victim.rejoin = false
 				blockedNode = nil

@@ -51,7 +51,7 @@ func TestConcurrentStartersOneGroup(t *testing.T) {
 			r := rand.New(rand.NewPCG(seed, 17))
 			h := newHarness(t, seed, sim.NetConfig{Latency: 200 * time.Microsecond, Jitter: time.Millisecond})
 			ns := startTogether(h, r, 50)
-			h.runUntil(func() bool { return converged(ns...) && quiet(ns...) }, 5*time.Second, "one view")
+			h.runUntil(func() bool { return settled(ns...) }, 5*time.Second, "one view")
 			f := founders(ns)
 			require.Len(t, f, 1, "seed %d: founders %v", seed, f)
 			lowest := slices.MinFunc(ns, func(a, b *node) int { return int(a.id) - int(b.id) })
@@ -88,7 +88,7 @@ func TestConcurrentStartersUnderLoss(t *testing.T) {
 			for _, x := range ns {
 				x.rejoin = true
 			}
-			h.runUntil(func() bool { return converged(ns...) && quiet(ns...) }, 20*time.Second, "one view")
+			h.runUntil(func() bool { return settled(ns...) }, 20*time.Second, "one view")
 			if len(founders(ns)) > 1 {
 				merged++
 			}

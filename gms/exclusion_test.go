@@ -160,10 +160,7 @@ func TestExcludedMemberLearnsFromNotice(t *testing.T) {
 	for seed := range uint64(seeds(60, 12)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			h := newHarness(t, seed, lossyNet(seed, 0.05))
-			all := []*node{h.add(1), h.add(2), h.add(3), h.add(4)}
-			h.join(0, all[0])
-			h.join(60*time.Millisecond, all[1:]...)
-			h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
+			all := h.joinFour()
 			vs := byView(all[0].g.View(), all)
 			r := rand.New(rand.NewPCG(seed, 29))
 			takeover := seed%2 == 1
@@ -180,12 +177,7 @@ func TestExcludedMemberLearnsFromNotice(t *testing.T) {
 			sus.rejoin = true
 			sm := sus.self()
 			k := r.IntN(4)
-			var surv []*node
-			for _, n := range all {
-				if n != sus && n != crashed {
-					surv = append(surv, n)
-				}
-			}
+			surv := without(all, sus, crashed)
 			incs := map[uint64]digest.Member{}
 			for _, n := range surv {
 				incs[n.id] = n.self()
@@ -255,7 +247,7 @@ func TestExcludedMemberLearnsFromNotice(t *testing.T) {
 			require.Equal(t, k, droppedNotices)
 			require.Equal(t, 1, noticesIn, "m left on the first notice it received")
 			rejoined := append([]*node{sus}, surv...)
-			h.runUntil(func() bool { return sus.self() != sm && converged(rejoined...) && quiet(rejoined...) },
+			h.runUntil(func() bool { return sus.self() != sm && settled(rejoined...) },
 				h.s.Now()+10*time.Second, "rejoined")
 			require.Equal(t, sm.ID, sus.self().ID)
 			require.Greater(t, sus.self().Inc, sm.Inc)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -146,9 +145,7 @@ func TestCrashInsideFragmentedMessage(t *testing.T) {
 			}
 			// fakeApp's fold takes a fragmented message for one seqno: its
 			// complaints about the victim are checked by the tiling above.
-			for _, e := range n.app.errs {
-				require.True(t, strings.HasPrefix(e, fmt.Sprintf("sender %v:", vm)), "seed %d: node %d: %s", seed, n.id, e)
-			}
+			requireComplaintsOnlyAbout(t, seed, n, vm)
 		}
 		h.noNotFound()
 		if t.Failed() {

@@ -112,9 +112,7 @@ func TestJoinInsideFragmentedMessageReal(t *testing.T) {
 			require.Zero(t, n.p().Stats().LostRanges, "seed %d: node %d", seed, n.id)
 			// fakeApp's fold takes a fragmented message for one seqno:
 			// its complaints about member 2 are checked above.
-			for _, e := range n.app.errs {
-				require.True(t, strings.HasPrefix(e, fmt.Sprintf("sender %v:", sm)), "seed %d: node %d: %s", seed, n.id, e)
-			}
+			requireComplaintsOnlyAbout(t, seed, n, sm)
 		}
 		h.noNotFound()
 		if t.Failed() {

@@ -29,10 +29,7 @@ func TestLeaveWhileSuspectingCoordinator(t *testing.T) {
 	for seed := range uint64(seeds(40, 8)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			h := newHarness(t, seed, lossyNet(seed, 0.05))
-			all := []*node{h.add(1), h.add(2), h.add(3), h.add(4)}
-			h.join(0, all[0])
-			h.join(60*time.Millisecond, all[1:]...)
-			h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
+			all := h.joinFour()
 			vs := byView(all[0].g.View(), all)
 			r := rand.New(rand.NewPCG(seed, 31))
 			crash := seed%2 == 1
@@ -81,7 +78,7 @@ func TestLeaveWhileSuspectingCoordinator(t *testing.T) {
 				require.True(t, l.g.fd.suspected[am])
 				require.NoError(t, l.g.Leave(now))
 			})
-			h.runUntil(func() bool { return leftAt >= 0 && converged(surv...) && quiet(surv...) },
+			h.runUntil(func() bool { return leftAt >= 0 && settled(surv...) },
 				h.s.Now()+10*time.Second, "left")
 			require.Equal(t, []error{nil}, l.left)
 			require.Positive(t, rsps, "L got its LeaveRsp")

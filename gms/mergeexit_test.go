@@ -44,22 +44,9 @@ func TestMergeEndsWhenCoordinatorGoes(t *testing.T) {
 		for seed := range uint64(seeds(10, 3)) {
 			t.Run(fmt.Sprintf("%s/seed%d", mergeExitNames[how], seed), func(t *testing.T) {
 				h := newHarness(t, seed, sim.NetConfig{Jitter: 300 * time.Microsecond})
-				all := []*node{h.add(1), h.add(2), h.add(3), h.add(4)}
-				h.join(0, all[0])
-				h.join(60*time.Millisecond, all[1:]...)
-				h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
+				all := h.joinFour()
 				// A (node 1, the smallest id) and C coordinate the two sides.
-				vs := byView(all[0].g.View(), all)
-				a, b, c, d := vs[0], vs[1], vs[2], vs[3]
-				start := h.s.Now()
-				heal := start + 1500*time.Millisecond
-				for _, n := range all {
-					h.traffic(n, start, heal-300*time.Millisecond, 5*time.Millisecond)
-				}
-				h.s.Partition(start+100*time.Millisecond, heal,
-					[]digest.Member{a.Member(), b.Member()}, []digest.Member{c.Member(), d.Member()})
-				h.runUntil(func() bool { return converged(a, b) && converged(c, d) && quiet(a, b) && quiet(c, d) },
-					heal, "two views")
+				a, b, c, d, heal := h.splitPairs(all)
 				require.Equal(t, a.self(), a.g.View().Coord().Member)
 				require.Equal(t, c.self(), c.g.View().Coord().Member)
 				muted := false // A's datagrams to B are dropped
@@ -128,13 +115,8 @@ func TestMergeEndsWhenCoordinatorGoes(t *testing.T) {
 				}
 				h.runUntil(released, h.s.Now()+3*a.g.cfg.MergeTimeout, "capture released")
 				require.LessOrEqual(t, h.s.Now()-goneAt, 2*hb, "released %v after %v went", h.s.Now()-goneAt, gone.id)
-				var rest []*node
-				for _, n := range all {
-					if n != gone {
-						rest = append(rest, n)
-					}
-				}
-				h.runUntil(func() bool { return converged(rest...) && quiet(rest...) }, h.s.Now()+20*time.Second, "one view")
+				rest := without(all, gone)
+				h.runUntil(func() bool { return settled(rest...) }, h.s.Now()+20*time.Second, "one view")
 				h.runUntil(func() bool { return len(gone.left) > 0 }, h.s.Now()+gone.g.cfg.LeaveTimeout, "gone left")
 				h.noErrors()
 			})

@@ -40,10 +40,7 @@ func TestSuspectedNamesTheCrashed(t *testing.T) {
 	for seed := range uint64(seeds(60, 12)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			h := newHarness(t, seed, lossyNet(seed, 0.05))
-			all := []*node{h.add(1), h.add(2), h.add(3), h.add(4)}
-			h.join(0, all[0])
-			h.join(60*time.Millisecond, all[1:]...)
-			h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
+			all := h.joinFour()
 			for _, n := range all {
 				require.Empty(t, n.susp, "seed %d node %d: suspicion while joining", seed, n.id)
 			}
@@ -53,13 +50,8 @@ func TestSuspectedNamesTheCrashed(t *testing.T) {
 			coordSeen = coordSeen || victim == all[0]
 			crashAt := h.s.Now() + time.Duration(r.IntN(100))*time.Millisecond
 			h.s.Schedule(crashAt, func(time.Duration) { h.s.Crash(victim.Member()) })
-			var surv []*node
-			for _, n := range all {
-				if n != victim {
-					surv = append(surv, n)
-				}
-			}
-			h.runUntil(func() bool { return h.s.Now() > crashAt && converged(surv...) && quiet(surv...) },
+			surv := without(all, victim)
+			h.runUntil(func() bool { return h.s.Now() > crashAt && settled(surv...) },
 				crashAt+10*time.Second, "crashed member excluded")
 			suspected := 0
 			for _, n := range surv {
@@ -76,18 +68,13 @@ func TestSuspectedNamesTheCrashed(t *testing.T) {
 
 			// A graceful leave is not a suspicion.
 			leaver := surv[r.IntN(len(surv))]
-			var rest []*node
-			for _, n := range surv {
-				if n != leaver {
-					rest = append(rest, n)
-				}
-			}
+			rest := without(surv, leaver)
 			before := map[uint64]int{}
 			for _, n := range surv {
 				before[n.id] = len(n.susp)
 			}
 			h.do(h.s.Now(), leaver, func(now time.Duration) { require.NoError(t, leaver.g.Leave(now)) })
-			h.runUntil(func() bool { return len(leaver.left) == 1 && converged(rest...) && quiet(rest...) },
+			h.runUntil(func() bool { return len(leaver.left) == 1 && settled(rest...) },
 				h.s.Now()+10*time.Second, "left")
 			require.NoError(t, leaver.left[0])
 			for _, n := range surv {
@@ -108,10 +95,7 @@ func TestSuspectedRealNakack(t *testing.T) {
 	for seed := range uint64(seeds(30, 6)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			h := newRHarness(t, seed, lossyNet(seed, 0.05))
-			all := []*realNode{h.add(1), h.add(2), h.add(3), h.add(4)}
-			h.join(0, all[0])
-			h.join(60*time.Millisecond, all[1:]...)
-			h.runUntil(func() bool { return rConverged(all...) && rQuiet(all...) }, 5*time.Second, "joined")
+			all := h.joinFour()
 			start := h.s.Now()
 			for _, n := range all {
 				h.traffic(n, start, start+600*time.Millisecond, 2*time.Millisecond)

@@ -55,10 +55,7 @@ func TestUnsuspectWhenHeardAgain(t *testing.T) {
 	for seed := range uint64(seeds(60, 12)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			h := newHarness(t, seed, lossyNet(seed, 0))
-			all := []*node{h.add(1), h.add(2), h.add(3), h.add(4)}
-			h.join(0, all[0])
-			h.join(60*time.Millisecond, all[1:]...)
-			h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
+			all := h.joinFour()
 			v := all[0].g.View()
 			vs := byView(v, all)
 			r := rand.New(rand.NewPCG(seed, 17))
@@ -177,10 +174,7 @@ func TestNoUnsuspectAfterExclusion(t *testing.T) {
 	for seed := range uint64(seeds(60, 12)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			h := newHarness(t, seed, lossyNet(seed, 0.05))
-			all := []*node{h.add(1), h.add(2), h.add(3), h.add(4)}
-			h.join(0, all[0])
-			h.join(60*time.Millisecond, all[1:]...)
-			h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
+			all := h.joinFour()
 			v := all[0].g.View()
 			vs := byView(v, all)
 			r := rand.New(rand.NewPCG(seed, 19))
@@ -197,7 +191,7 @@ func TestNoUnsuspectAfterExclusion(t *testing.T) {
 			h.s.Schedule(start, func(time.Duration) { blocked = true })
 			h.runUntil(func() bool { return !rep.g.View().Contains(sm) }, start+5*time.Second, "excluded at R")
 			blocked = false
-			h.runUntil(func() bool { return sus.self() != sm && converged(all...) && quiet(all...) },
+			h.runUntil(func() bool { return sus.self() != sm && settled(all...) },
 				h.s.Now()+10*time.Second, "rejoined")
 			h.run(h.s.Now() + time.Second)
 			require.Equal(t, []error{ErrExcluded}, sus.left)
@@ -228,9 +222,7 @@ func TestCoordinatorKeepsQueuedExclusion(t *testing.T) {
 			h := newHarness(t, seed, lossyNet(seed, 0))
 			all := []*node{h.add(1), h.add(2), h.add(3), h.add(4)}
 			joiner := h.add(5)
-			h.join(0, all[0])
-			h.join(60*time.Millisecond, all[1:]...)
-			h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
+			h.formGroup(all...)
 			v := all[0].g.View()
 			vs := byView(v, all)
 			r := rand.New(rand.NewPCG(seed, 23))
@@ -277,13 +269,8 @@ func TestCoordinatorKeepsQueuedExclusion(t *testing.T) {
 			require.Less(t, heardAt+coord.g.fdInterval(), exclAt,
 				"the coordinator heard m at %v, a check before the exclusion at %v", heardAt, exclAt)
 			require.Equal(t, uint64(1), coord.g.Stats().ViewChangeAborts)
-			surv := []*node{joiner}
-			for _, n := range all {
-				if n != sus {
-					surv = append(surv, n)
-				}
-			}
-			h.runUntil(func() bool { return converged(surv...) && quiet(surv...) }, h.s.Now()+10*time.Second, "survivors")
+			surv := append([]*node{joiner}, without(all, sus)...)
+			h.runUntil(func() bool { return settled(surv...) }, h.s.Now()+10*time.Second, "survivors")
 			require.Equal(t, []error{ErrExcluded}, sus.left)
 			require.Equal(t, []suspicion{{sm, coord.susp[0].view}}, coord.susp)
 			require.True(t, coord.susp[0].view.Contains(sm))

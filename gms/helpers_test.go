@@ -1,0 +1,78 @@
+package gms
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/stretchr/testify/require"
+)
+
+// settled: every node in ns is a member of one and the same view of
+// exactly ns, and nothing is pending at any of them.
+func settled(ns ...*node) bool { return converged(ns...) && quiet(ns...) }
+
+// formGroup joins ns[0] (the founder) at time 0 and the others 60ms
+// later, and runs until they are settled in one view (5s limit).
+func (h *harness) formGroup(ns ...*node) {
+	h.join(0, ns[0])
+	h.join(60*time.Millisecond, ns[1:]...)
+	h.runUntil(func() bool { return settled(ns...) }, 5*time.Second, "joined")
+}
+
+// joinFour adds members 1..4, member 1 founding and the others joining
+// 60ms later, and runs until they share one view and are quiet.
+func (h *harness) joinFour() []*node {
+	all := []*node{h.add(1), h.add(2), h.add(3), h.add(4)}
+	h.formGroup(all...)
+	return all
+}
+
+// without returns ns without the nodes in out, in order.
+func without(ns []*node, out ...*node) []*node {
+	var rest []*node
+	for _, n := range ns {
+		keep := true
+		for _, o := range out {
+			if n == o {
+				keep = false
+			}
+		}
+		if keep {
+			rest = append(rest, n)
+		}
+	}
+	return rest
+}
+
+// splitPairs takes a settled group of four, in view order A, B, C, D, with
+// every member sending every 5ms until 300ms before the heal, partitions
+// {A,B} from {C,D} from 100ms on until the heal 1.5s from now, and runs
+// until the two sides are settled in two views (by the heal). It returns
+// the members in view order and the heal time.
+func (h *harness) splitPairs(all []*node) (a, b, c, d *node, heal time.Duration) {
+	vs := byView(all[0].g.View(), all)
+	a, b, c, d = vs[0], vs[1], vs[2], vs[3]
+	start := h.s.Now()
+	heal = start + 1500*time.Millisecond
+	for _, n := range all {
+		h.traffic(n, start, heal-300*time.Millisecond, 5*time.Millisecond)
+	}
+	h.s.Partition(start+100*time.Millisecond, heal,
+		[]digest.Member{a.Member(), b.Member()}, []digest.Member{c.Member(), d.Member()})
+	h.runUntil(func() bool { return converged(a, b) && converged(c, d) && quiet(a, b) && quiet(c, d) },
+		heal, "two views")
+	return a, b, c, d, heal
+}
+
+// requireComplaintsOnlyAbout checks that every complaint n's fakeApp
+// made is about sender m (fakeApp's fold takes a fragmented message for
+// one seqno, so it complains about the fragments of m's messages).
+func requireComplaintsOnlyAbout(t *testing.T, seed uint64, n *realNode, m digest.Member) {
+	t.Helper()
+	for _, e := range n.app.errs {
+		require.True(t, strings.HasPrefix(e, fmt.Sprintf("sender %v:", m)), "seed %d: node %d: %s", seed, n.id, e)
+	}
+}
