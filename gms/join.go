@@ -11,13 +11,12 @@ import (
 type joinState struct {
 	discovering bool
 	deadline    time.Duration
-	attempt     int // discovery rounds without an answer and JOIN_REQs (MaxJoinAttempts)
-	reqs        int // JOIN_REQs sent (the backoff doubles per JOIN_REQ)
+	reqs        int // JOIN_REQs sent: MaxJoinAttempts bounds them, the backoff doubles per JOIN_REQ
 	coord       Peer
 	incs        []uint32 // incarnations of the last maxJoinIncs JOIN_REQs: a JoinRsp for any is accepted
 	answers     []Peer   // coordinators named by discovery answers
 	counters    []uint64 // and the view counters they gave
-	empty       int      // discovery rounds in a row that got no answer
+	empty       int      // discovery rounds in a row that got no answer (never join attempts)
 	// deferUntil: a concurrent joiner with a smaller id that would found a
 	// group too was heard; we do not found before this time (see
 	// onDiscovery).
@@ -128,21 +127,14 @@ func (g *GMS) tickJoin(now time.Duration) {
 		g.join.discovering = false
 		coord, ok := g.pickCoordinator()
 		if !ok {
+			// Not a join attempt (MaxJoinAttempts counts JOIN_REQs): a
+			// joiner that finds no group keeps asking. With CreateGroup it
+			// founds one after DiscoveryRounds unanswered rounds in a
+			// row, but not while a concurrent joiner with a smaller id is
+			// about to found.
 			g.join.empty++
-			if g.cfg.CreateGroup {
-				// Found only after DiscoveryRounds unanswered rounds in a
-				// row, and not while a concurrent joiner with a smaller id
-				// is about to found. These rounds are not join attempts.
-				if g.join.empty >= g.cfg.DiscoveryRounds && now >= g.join.deferUntil {
-					g.found(now)
-					return
-				}
-				g.startDiscovery(now)
-				return
-			}
-			g.join.attempt++
-			if g.cfg.MaxJoinAttempts > 0 && g.join.attempt >= g.cfg.MaxJoinAttempts {
-				g.exit(ErrJoinFailed, now)
+			if g.cfg.CreateGroup && g.join.empty >= g.cfg.DiscoveryRounds && now >= g.join.deferUntil {
+				g.found(now)
 				return
 			}
 			g.startDiscovery(now)
@@ -155,7 +147,7 @@ func (g *GMS) tickJoin(now time.Duration) {
 	}
 	// No valid JoinRsp in time: rediscover after every third JOIN_REQ (the
 	// coordinator may have changed), else retry the same coordinator.
-	if g.cfg.MaxJoinAttempts > 0 && g.join.attempt >= g.cfg.MaxJoinAttempts {
+	if g.cfg.MaxJoinAttempts > 0 && g.join.reqs >= g.cfg.MaxJoinAttempts {
 		g.exit(ErrJoinFailed, now)
 		return
 	}
@@ -172,7 +164,6 @@ func (g *GMS) tickJoin(now time.Duration) {
 // request for a newer one as a new member replacing one it already
 // admitted from this join (see onJoinReq).
 func (g *GMS) sendJoinReq(now time.Duration) {
-	g.join.attempt++
 	g.join.reqs++
 	g.inc++
 	if len(g.join.incs) >= maxJoinIncs {
