@@ -223,9 +223,10 @@ type Config struct {
 	// round. Members started together found one group: the smallest
 	// Self.ID founds, the others join it.
 	DiscoveryRounds int
-	// JoinAttempts bounds the join attempts (discovery rounds and
-	// JOIN_REQs) before Open gives up with ErrJoinFailed (default 0: keep
-	// trying until Open's context ends).
+	// JoinAttempts bounds the JOIN_REQs that get no valid JoinRsp before
+	// Open gives up with ErrJoinFailed (default 0: keep trying until
+	// Open's context ends). Discovery rounds nobody answers are not
+	// attempts: after DiscoveryRounds of them the member founds a group.
 	JoinAttempts int
 	// GetState writes the application state (state transfer provider): it
 	// is called on the agent goroutine with the protocol lock held, at a
