@@ -70,12 +70,20 @@
 // A graceful leave sends LEAVE with the leaver's highest seqno to the
 // coordinator (and to the first member it does not suspect, if that is
 // another: the one that takes over if the coordinator has crashed) and
-// keeps answering retransmissions until LeaveRsp. Members
-// multicast heartbeats; a member silent for Config.SuspectTimeout is probed
-// directly and, if the probe is not answered within Config.ProbeTimeout,
-// suspected: the coordinator excludes it. If the coordinator itself is
-// suspected, the first member of the view that is not suspected takes over
-// with a view that excludes it. The driver learns of each of this member's
+// keeps answering retransmissions until LeaveRsp. Members multicast
+// heartbeats; a member silent for Config.SuspectTimeout is probed directly,
+// up to Config.ProbeAttempts times (default 3), each probe
+// Config.ProbeTimeout after the previous one; anything heard from it
+// meanwhile (the answer, a heartbeat, ...) ends the probing, and only if
+// all the probes go unanswered is it suspected: the coordinator excludes
+// it. One lost probe or answer thus does not exclude a live member under
+// loss, and a crashed member is suspected about SuspectTimeout +
+// ProbeAttempts×ProbeTimeout after it was last heard from (1s with the
+// defaults). If the coordinator itself is suspected, the first member of
+// the view that is not suspected takes over with a view that excludes it;
+// a member that is not the coordinator and receives a SUSPECT probes the
+// named members it does not suspect itself the same way before acting on
+// them (the coordinator excludes on the report). The driver learns of each of this member's
 // suspicions through Listener.Suspected, before gms acts on it. A suspicion
 // is withdrawn (Listener.Unsuspected; the member is no longer reported and
 // is watched again) when this member hears from the suspect again while it

@@ -16,7 +16,8 @@ var (
 // fdState is failure detection: heartbeats, probes and suspicions.
 type fdState struct {
 	lastHeard map[digest.Member]time.Duration
-	probing   map[digest.Member]time.Duration // probe deadline
+	probing   map[digest.Member]time.Duration // deadline of the last probe
+	probes    map[digest.Member]probeRun      // the same keys as probing
 	suspected map[digest.Member]bool
 	// quiet is, for each suspect, lastHeard when it was suspected: a
 	// later lastHeard means we heard from it again (unsuspect).
@@ -27,10 +28,20 @@ type fdState struct {
 	nonce     uint64
 }
 
+// probeRun is the probing of a silent member: when the first probe was
+// sent and how many were (at most Config.ProbeAttempts). Anything heard
+// from the member since the first ends it; so does the last probe's
+// deadline passing in silence, with a suspicion.
+type probeRun struct {
+	since time.Duration
+	sent  int
+}
+
 func (f *fdState) init() {
 	*f = fdState{
 		lastHeard: make(map[digest.Member]time.Duration),
 		probing:   make(map[digest.Member]time.Duration),
+		probes:    make(map[digest.Member]probeRun),
 		suspected: make(map[digest.Member]bool),
 		quiet:     make(map[digest.Member]time.Duration),
 	}
@@ -47,7 +58,7 @@ func (f *fdState) viewChanged(v View, now time.Duration) {
 	for m := range f.lastHeard {
 		if !v.Contains(m) {
 			delete(f.lastHeard, m)
-			delete(f.probing, m)
+			f.stopProbing(m)
 			delete(f.suspected, m)
 			delete(f.quiet, m)
 		}
@@ -62,9 +73,19 @@ func (f *fdState) viewChanged(v View, now time.Duration) {
 	}
 }
 
-// tickFD sends heartbeats, probes silent members, suspects those whose
-// probe went unanswered and withdraws the suspicion of those heard from
-// again.
+// tickFD sends heartbeats, probes silent members, suspects those that
+// left Config.ProbeAttempts probes unanswered and withdraws the suspicion
+// of those heard from again.
+//
+// A member silent for SuspectTimeout is probed; a probe whose answer is
+// not due yet is left alone; at its deadline (ProbeTimeout after it was
+// sent, noticed at the next check, within fdInterval) the probing ends if
+// anything was heard from the member since the first probe, and otherwise
+// the next probe goes out, or, after the last, the member is suspected.
+// A crashed member is thus suspected about SuspectTimeout +
+// ProbeAttempts×ProbeTimeout after it was last heard from (each step
+// noticed up to one fdInterval late), and one lost probe or answer no
+// longer suspects a live one.
 func (g *GMS) tickFD(now time.Duration) {
 	f := &g.fd
 	if now < f.nextCheck {
@@ -92,27 +113,34 @@ func (g *GMS) tickFD(now time.Duration) {
 			continue
 		}
 		if dl, ok := f.probing[m]; ok {
-			if now >= dl {
-				delete(f.probing, m)
-				if f.lastHeard[m] < dl-g.cfg.ProbeTimeout {
-					f.suspected[m] = true
-					f.quiet[m] = f.lastHeard[m]
-					g.stats.Suspicions++
-					newSuspect = true
-					g.log.Info("gms: suspect", "self", g.self.Member, "member", m)
-					if g.cfg.Listener != nil {
-						g.cfg.Listener.Suspected(m)
-					}
-				}
+			if now < dl {
+				continue
+			}
+			run := f.probes[m]
+			if f.lastHeard[m] >= run.since {
+				f.stopProbing(m)
+				continue
+			}
+			if run.sent < g.cfg.ProbeAttempts {
+				g.sendProbe(p)
+				run.sent++
+				f.probes[m] = run
+				f.probing[m] = now + g.cfg.ProbeTimeout
+				continue
+			}
+			f.stopProbing(m)
+			f.suspected[m] = true
+			f.quiet[m] = f.lastHeard[m]
+			g.stats.Suspicions++
+			newSuspect = true
+			g.log.Info("gms: suspect", "self", g.self.Member, "member", m, "probes", run.sent)
+			if g.cfg.Listener != nil {
+				g.cfg.Listener.Suspected(m)
 			}
 			continue
 		}
 		if now-f.lastHeard[m] >= g.cfg.SuspectTimeout {
-			f.nonce++
-			pr := &msg{typ: typeProbe, kind: 0, id: f.nonce}
-			pr.withAddr(g.cfg.Addr)
-			g.send(p, pr)
-			f.probing[m] = now + g.cfg.ProbeTimeout
+			g.startProbing(p, now)
 		}
 	}
 	if newSuspect || (len(f.suspected) > 0 && now >= f.resendAt) {
@@ -120,6 +148,28 @@ func (g *GMS) tickFD(now time.Duration) {
 		g.actOnSuspects(now)
 	}
 	f.nextCheck = now + g.fdInterval()
+}
+
+// startProbing sends p its first probe.
+func (g *GMS) startProbing(p Peer, now time.Duration) {
+	g.sendProbe(p)
+	g.fd.probing[p.Member] = now + g.cfg.ProbeTimeout
+	g.fd.probes[p.Member] = probeRun{since: now, sent: 1}
+}
+
+// stopProbing ends the probing of m, if any.
+func (f *fdState) stopProbing(m digest.Member) {
+	delete(f.probing, m)
+	delete(f.probes, m)
+}
+
+// sendProbe sends p a probe (PROBE kind 0, a new nonce); p answers it if
+// it is a member.
+func (g *GMS) sendProbe(p Peer) {
+	g.fd.nonce++
+	pr := &msg{typ: typeProbe, kind: 0, id: g.fd.nonce}
+	pr.withAddr(g.cfg.Addr)
+	g.send(p, pr)
 }
 
 // unsuspect withdraws this member's suspicion of m, a member of the
@@ -136,7 +186,7 @@ func (g *GMS) unsuspect(m digest.Member) {
 	}
 	delete(g.fd.suspected, m)
 	delete(g.fd.quiet, m)
-	delete(g.fd.probing, m)
+	g.fd.stopProbing(m)
 	g.stats.Unsuspicions++
 	g.log.Info("gms: unsuspect", "self", g.self.Member, "member", m)
 	if g.cfg.Listener != nil {
@@ -305,7 +355,7 @@ func (g *GMS) onProbe(m *msg, now time.Duration) {
 			g.send(Peer{Member: m.sender, Addr: m.addr}, r)
 		}
 	case 1:
-		delete(g.fd.probing, m.sender)
+		g.fd.stopProbing(m.sender)
 	}
 }
 
@@ -329,11 +379,7 @@ func (g *GMS) onSuspect(m *msg, now time.Duration) {
 	for _, s := range m.members {
 		if p, ok := g.view.Peer(s); ok && s != g.self.Member && !g.fd.suspected[s] {
 			if _, probing := g.fd.probing[s]; !probing {
-				g.fd.nonce++
-				pr := &msg{typ: typeProbe, kind: 0, id: g.fd.nonce}
-				pr.withAddr(g.cfg.Addr)
-				g.send(p, pr)
-				g.fd.probing[s] = now + g.cfg.ProbeTimeout
+				g.startProbing(p, now)
 				g.fd.lastHeard[s] = min(g.fd.lastHeard[s], now-g.cfg.SuspectTimeout)
 			}
 		}

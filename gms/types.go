@@ -2,6 +2,7 @@ package gms
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -189,8 +190,9 @@ type Listener interface {
 	// and the digest, or with an error when RequestState gave up.
 	StateInstalled(err error)
 	// Suspected is called once when this member starts suspecting m, a
-	// member of its installed view (silent for Config.SuspectTimeout and
-	// its probe unanswered within Config.ProbeTimeout; Stats.Suspicions
+	// member of its installed view (silent for Config.SuspectTimeout, then
+	// Config.ProbeAttempts probes, Config.ProbeTimeout apart, all
+	// unanswered and nothing else heard from it; Stats.Suspicions
 	// counts these calls), before gms acts on it: a view that excludes m
 	// may be installed later in the same entry point. Suspicions reported
 	// by other members are not this member's and are not passed on. A
@@ -286,11 +288,20 @@ type Config struct {
 	ViewAckTimeout    time.Duration
 	ViewChangeTimeout time.Duration
 	// HeartbeatInterval (default 100ms), SuspectTimeout: silence before a
-	// probe (default 500ms), ProbeTimeout: wait for the probe's answer
-	// (default 150ms).
+	// probe (default 500ms), ProbeTimeout: wait for a probe's answer
+	// (default 150ms), ProbeAttempts: probes sent, each ProbeTimeout after
+	// the previous one, before a member that stays silent is suspected
+	// (default 3, at least 1; like JGroups VERIFY_SUSPECT num_msgs). Any
+	// datagram from the member ends the probing, so one lost probe or
+	// answer does not make a suspicion. A crashed member is suspected
+	// about SuspectTimeout + ProbeAttempts×ProbeTimeout after it was last
+	// heard from (1s with the defaults; each step is noticed at the next
+	// failure-detection check, at most min(HeartbeatInterval,
+	// ProbeTimeout/2, ViewAckTimeout) late).
 	HeartbeatInterval time.Duration
 	SuspectTimeout    time.Duration
 	ProbeTimeout      time.Duration
+	ProbeAttempts     int
 	// LeaveTimeout bounds a graceful leave (default 2s).
 	LeaveTimeout time.Duration
 	// MergeTimeout bounds a merge (default 2s).
@@ -329,6 +340,12 @@ func (c *Config) defaults() error {
 	def(&c.LeaveTimeout, 2*time.Second)
 	def(&c.MergeTimeout, 2*time.Second)
 	def(&c.StateTimeout, 2*time.Second)
+	if c.ProbeAttempts < 0 {
+		return fmt.Errorf("gms: Config.ProbeAttempts %d: want at least 1 (0 for the default 3)", c.ProbeAttempts)
+	}
+	if c.ProbeAttempts == 0 {
+		c.ProbeAttempts = 3
+	}
 	if c.DigestRetries <= 0 {
 		c.DigestRetries = 3
 	}
