@@ -119,9 +119,10 @@ const (
 	DefaultStableBytes    = 1 << 20
 	DefaultHeartbeat      = 500 * time.Millisecond
 	DefaultSuspectTimeout = 5 * time.Second
-	// DefaultProbeTimeout, DefaultLeaveTimeout, DefaultDiscoveryTimeout
+	// DefaultProbeTimeout, DefaultProbeAttempts, DefaultLeaveTimeout, DefaultDiscoveryTimeout
 	// and DefaultDiscoveryRounds are dynamic membership's.
 	DefaultProbeTimeout     = 150 * time.Millisecond
+	DefaultProbeAttempts    = 3
 	DefaultLeaveTimeout     = 2 * time.Second
 	DefaultDiscoveryTimeout = 100 * time.Millisecond
 	DefaultDiscoveryRounds  = 3
@@ -297,13 +298,17 @@ type Config struct {
 	// HeartbeatInterval and SuspectTimeout are membership's failure
 	// detection (dynamic membership only): every member multicasts a
 	// heartbeat each HeartbeatInterval; a member silent for SuspectTimeout
-	// is probed directly and, if the probe is not answered within
-	// ProbeTimeout, suspected (EventSuspect) and excluded by the
-	// coordinator. Defaults 500ms, 5s and 150ms; SuspectTimeout must exceed
+	// is probed directly, ProbeAttempts times ProbeTimeout apart, and if
+	// none is answered (and nothing else heard from it) suspected
+	// (EventSuspect) and excluded by the coordinator: about SuspectTimeout
+	// + ProbeAttempts×ProbeTimeout after it fell silent. Defaults 500ms,
+	// 5s, 150ms and 3 (several probes, so that a lost probe or answer does
+	// not exclude a live member under loss); SuspectTimeout must exceed
 	// HeartbeatInterval.
 	HeartbeatInterval time.Duration
 	SuspectTimeout    time.Duration
 	ProbeTimeout      time.Duration
+	ProbeAttempts     int
 	// LeaveTimeout bounds the graceful leave of Close (default 2s).
 	LeaveTimeout time.Duration
 
@@ -565,6 +570,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SuspectTimeout <= c.HeartbeatInterval {
 		return bad("SuspectTimeout %v: want more than HeartbeatInterval %v", c.SuspectTimeout, c.HeartbeatInterval)
+	}
+	if err := rng(&c.ProbeAttempts, "ProbeAttempts", DefaultProbeAttempts, 1, 100); err != nil {
+		return c, err
 	}
 	if err := rng(&c.StableBytes, "StableBytes", DefaultStableBytes, 1, 1<<30); err != nil {
 		return c, err

@@ -78,6 +78,8 @@ func TestConfigErrors(t *testing.T) {
 		{"DiscoveryRounds", func(c *Config) { c.DiscoveryRounds = -1 }},
 		{"DiscoveryRounds", func(c *Config) { c.DiscoveryRounds = 101 }},
 		{"ProbeTimeout", func(c *Config) { c.ProbeTimeout = -1 }},
+		{"ProbeAttempts", func(c *Config) { c.ProbeAttempts = -1 }},
+		{"ProbeAttempts", func(c *Config) { c.ProbeAttempts = 101 }},
 		{"LeaveTimeout", func(c *Config) { c.LeaveTimeout = time.Hour }},
 		{"DiscoveryTimeout", func(c *Config) { c.DiscoveryTimeout = time.Minute }},
 		{"RingCapacity", func(c *Config) { c.RingCapacity = 1000 }},

@@ -32,7 +32,7 @@
 // joiner, installed together with the digest captured at the same point
 // (seed 003), so the state plus what the joiner delivers after it equals the
 // provider's. Members multicast heartbeats; a member silent for
-// Config.SuspectTimeout whose probe goes unanswered is suspected
+// Config.SuspectTimeout whose probes go unanswered is suspected
 // (EventSuspect; EventUnsuspect if it is heard again and stays) and
 // excluded (EventView); survivors complete its messages
 // from each other up to one cut, so all end with the same prefix. Close

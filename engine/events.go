@@ -19,8 +19,8 @@ const (
 	// sender purged them before this member got them: see the README).
 	EventLost
 	// EventSuspect: this member suspects Sender (a member of View) of
-	// having failed: silent for Config.SuspectTimeout and its probe
-	// unanswered. The coordinator excludes it (an EventView follows), or,
+	// having failed: silent for Config.SuspectTimeout and its
+	// Config.ProbeAttempts probes unanswered. The coordinator excludes it (an EventView follows), or,
 	// if it is heard from again first, the suspicion is withdrawn
 	// (EventUnsuspect). Reported once per suspicion, by the members that
 	// suspect it themselves (Stats.Suspicions counts them).

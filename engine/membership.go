@@ -43,6 +43,7 @@ func (m *Member) newGMS() (*gms.GMS, error) {
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		SuspectTimeout:    cfg.SuspectTimeout,
 		ProbeTimeout:      cfg.ProbeTimeout,
+		ProbeAttempts:     cfg.ProbeAttempts,
 		LeaveTimeout:      cfg.LeaveTimeout,
 	}
 	if cfg.GetState != nil || cfg.SetState != nil {
