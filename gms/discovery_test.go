@@ -70,9 +70,10 @@ func TestConcurrentStartersOneGroup(t *testing.T) {
 // joiner that missed the others' requests may found a group of its own,
 // but every run ends in one view of all the members.
 //
-// Under up to 30% loss failure detection may suspect a live member (five
-// heartbeats in a row and the probe or its answer lost: seed 76, at 28%
-// loss, excludes one 1.8s after the merges) and exclude it; like an
+// Under up to 30% loss failure detection may suspect a live member (its
+// heartbeats and every probe or answer lost; with a single probe, seed 76
+// at 28% loss excluded one 1.8s after the merges; with ProbeAttempts 3
+// none of seeds 0-50000 did) and exclude it; like an
 // application, a member excluded rejoins (ErrExcluded, with a new
 // incarnation), and the run must still end in one view of all the
 // members. A member leaves only so: excluded, after a suspicion of it.
