@@ -75,6 +75,22 @@ func (f *fixture) recv(b *wire.Buffer) {
 }
 
 // drainOut releases everything in A's outbox.
+// stableFromB hands A a STABLE from B that reports B's messages none
+// and A's delivered up to delivered (es is the caller's scratch, so
+// nothing is allocated), then drains A's outbox.
+func (f *fixture) stableFromB(es *[2]digest.Entry, delivered uint64) {
+	es[0] = digest.Entry{Member: mA}
+	es[1] = digest.Entry{Member: mB, Delivered: delivered}
+	b := f.pool.Get(1024)
+	d, err := wire.EncodeStable(b.B, wire.Header{Group: testGroup, Sender: mB}, f.view.ID, wire.EntrySlice(es[:]))
+	if err != nil {
+		panic(err)
+	}
+	b.N = len(d)
+	f.recv(b)
+	f.drainOut()
+}
+
 func (f *fixture) drainOut() {
 	for _, o := range f.a.Outbox() {
 		o.Buf.Release()
@@ -268,16 +284,7 @@ func TestAllocsCoordinatorRound(t *testing.T) {
 		next += benchMsgs
 		f.a.Poll(&f.h, 1<<20)
 		f.a.sendStable(f.now)
-		es[0] = digest.Entry{Member: mA}
-		es[1] = digest.Entry{Member: mB, Delivered: next - 1}
-		b := f.pool.Get(1024)
-		d, err := wire.EncodeStable(b.B, wire.Header{Group: testGroup, Sender: mB}, f.view.ID, wire.EntrySlice(es[:]))
-		if err != nil {
-			panic(err)
-		}
-		b.N = len(d)
-		f.recv(b)
-		f.drainOut()
+		f.stableFromB(&es, next-1)
 	}))
 	e, _ := f.a.WindowState(mB)
 	require.Equal(t, next-1, e.Low)

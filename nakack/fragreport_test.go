@@ -192,16 +192,7 @@ func TestAllocsStableDuringReassembly(t *testing.T) {
 		}
 		next += count
 		f.a.Poll(&f.h, 1<<20)
-		es[0] = digest.Entry{Member: mA}
-		es[1] = digest.Entry{Member: mB, Delivered: next - 1}
-		b := f.pool.Get(1024)
-		d, err := wire.EncodeStable(b.B, wire.Header{Group: testGroup, Sender: mB}, f.view.ID, wire.EntrySlice(es[:]))
-		if err != nil {
-			panic(err)
-		}
-		b.N = len(d)
-		f.recv(b)
-		f.drainOut()
+		f.stableFromB(&es, next-1)
 	}))
 	// A's STABLE, sent inside the last message, held the purge at its
 	// first fragment - 1.

@@ -296,13 +296,7 @@ func TestPublicationMPSCStress(t *testing.T) {
 					runtime.Gosched()
 					continue
 				}
-				for i := range n {
-					order[i] = first + i
-				}
-				rng.Shuffle(int(n), func(i, j int) { order[i], order[j] = order[j], order[i] })
-				for _, s := range order[:n] {
-					p.Commit(s, val(s))
-				}
+				commitShuffled(p, rng, first, order[:n])
 				claimed[id] += n
 				remaining -= n
 			}
@@ -352,13 +346,7 @@ func TestPublicationRunStress(t *testing.T) {
 				n := uint64(k)
 				switch rng.IntN(3) {
 				case 0:
-					for i := range n {
-						order[i] = first + i
-					}
-					rng.Shuffle(int(n), func(i, j int) { order[i], order[j] = order[j], order[i] })
-					for _, s := range order[:n] {
-						p.Commit(s, val(s))
-					}
+					commitShuffled(p, rng, first, order[:n])
 				default:
 					for i := range n {
 						p.Put(first+i, val(first+i))
@@ -417,4 +405,16 @@ func pollAll(p *Publication[uint64], want uint64, f *failure, done func() bool, 
 		}
 	}
 	return expect
+}
+
+// commitShuffled commits the claimed seqnos first..first+len(order)-1 one
+// by one (Commit, value val(seqno)) in a random order; order is scratch.
+func commitShuffled(p *Publication[uint64], rng *rand.Rand, first uint64, order []uint64) {
+	for i := range order {
+		order[i] = first + uint64(i)
+	}
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	for _, s := range order {
+		p.Commit(s, val(s))
+	}
 }
