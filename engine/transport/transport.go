@@ -201,6 +201,9 @@ type Info struct {
 type Stats struct {
 	// Truncated counts datagrams longer than the buffer they were read into.
 	Truncated uint64
+	// SendWaits counts the times a write found the socket's send buffer
+	// full and waited for room.
+	SendWaits uint64
 }
 
 // withDefaults validates c and returns it with defaults filled in and the

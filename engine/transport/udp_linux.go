@@ -12,8 +12,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/net/bpf"
-	"golang.org/x/net/ipv4"
-	"golang.org/x/net/ipv6"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,6 +24,17 @@ import (
 // datagrams, with IP_MULTICAST_IF, TTL and IP_MULTICAST_LOOP set) and
 // receives unicast. Both sockets sit in an epoll set that Go's poller
 // watches, so one ReadBatch blocks on both without a goroutine per socket.
+//
+// The sockets themselves are not in Go's poller (they are blocking-mode
+// files that os.NewFile does not register; every recvmmsg and sendmmsg
+// passes MSG_DONTWAIT). Registered, each socket is watched edge-triggered
+// for readable and writable: every datagram the kernel frees after sending
+// it is an EPOLLOUT edge, and every datagram queued for reading an EPOLLIN
+// edge, each waking whichever runtime thread is parked in the poller only
+// for it to find nothing to do. On a veth bridge that was about 20,000
+// thread wake-ups a second in a sending process (perf: sched_wakeup and
+// epoll_pwait), charged to the kernel's send path. The epoll set watches
+// readable only, and a full send buffer is waited out with poll(2).
 //
 // Batches go through recvmmsg/sendmmsg on preallocated mmsghdr, iovec and
 // sockaddr arrays (golang.org/x/sys/unix), not golang.org/x/net's
@@ -41,8 +50,8 @@ type UDP struct {
 	groupSA unix.RawSockaddrInet6 // the group as a sockaddr, copied into each group send
 	saLen   uint32
 
-	gconn *net.UDPConn // nil when SendOnly
-	uconn *net.UDPConn
+	gfile *os.File // nil when SendOnly
+	ufile *os.File
 	graw  syscall.RawConn // nil when SendOnly
 	uraw  syscall.RawConn
 	ep    *os.File // epoll set of both sockets, registered with Go's poller
@@ -50,6 +59,7 @@ type UDP struct {
 
 	closed    atomic.Bool
 	truncated atomic.Uint64
+	sendWaits atomic.Uint64
 
 	rd reader
 	wr writer
@@ -88,6 +98,7 @@ type writer struct {
 
 	off, cnt int
 	err      error
+	pfd      [1]unix.PollFd
 
 	boundSend func(uintptr) bool
 }
@@ -145,11 +156,11 @@ func (u *UDP) open(ifi *net.Interface) error {
 	var usa unix.RawSockaddrInet6
 	ulen := putSockaddr(&usa, cfg.Unicast, scopeFor(cfg.Unicast.Addr(), u.ifindex))
 	var err error
-	u.uconn, err = newUDPSocket(family, &usa, ulen, false)
+	u.ufile, err = newUDPSocket(family, &usa, ulen, false)
 	if err != nil {
 		return fmt.Errorf("transport: unicast socket on %v: %w", cfg.Unicast, err)
 	}
-	u.uraw, err = u.uconn.SyscallConn()
+	u.uraw, err = u.ufile.SyscallConn()
 	if err != nil {
 		return err
 	}
@@ -157,28 +168,8 @@ func (u *UDP) open(ifi *net.Interface) error {
 	if err != nil {
 		return err
 	}
-	if v6 {
-		p := ipv6.NewPacketConn(u.uconn)
-		if err := p.SetMulticastInterface(ifi); err != nil {
-			return fmt.Errorf("transport: IPV6_MULTICAST_IF %s: %w", ifi.Name, err)
-		}
-		if err := p.SetMulticastHopLimit(cfg.TTL); err != nil {
-			return fmt.Errorf("transport: IPV6_MULTICAST_HOPS %d: %w", cfg.TTL, err)
-		}
-		if err := p.SetMulticastLoopback(!cfg.NoLoopback); err != nil {
-			return fmt.Errorf("transport: IPV6_MULTICAST_LOOP: %w", err)
-		}
-	} else {
-		p := ipv4.NewPacketConn(u.uconn)
-		if err := p.SetMulticastInterface(ifi); err != nil {
-			return fmt.Errorf("transport: IP_MULTICAST_IF %s: %w", ifi.Name, err)
-		}
-		if err := p.SetMulticastTTL(cfg.TTL); err != nil {
-			return fmt.Errorf("transport: IP_MULTICAST_TTL %d: %w", cfg.TTL, err)
-		}
-		if err := p.SetMulticastLoopback(!cfg.NoLoopback); err != nil {
-			return fmt.Errorf("transport: IP_MULTICAST_LOOP: %w", err)
-		}
+	if err := setMulticastOptions(u.uraw, v6, ifi.Index, cfg.TTL, !cfg.NoLoopback); err != nil {
+		return fmt.Errorf("transport: %w (interface %s, TTL %d)", err, ifi.Name, cfg.TTL)
 	}
 	var forced, capped bool
 	u.info.UnicastRecvBuffer, forced, capped, err = setBuffer(u.uraw, unix.SO_RCVBUF, unix.SO_RCVBUFFORCE, cfg.RecvBuffer)
@@ -199,11 +190,11 @@ func (u *UDP) open(ifi *net.Interface) error {
 	if !cfg.SendOnly {
 		var gsa unix.RawSockaddrInet6
 		glen := putSockaddr(&gsa, cfg.Group, uint32(u.ifindex))
-		u.gconn, err = newUDPSocket(family, &gsa, glen, true)
+		u.gfile, err = newUDPSocket(family, &gsa, glen, true)
 		if err != nil {
 			return fmt.Errorf("transport: group socket on %v: %w", cfg.Group, err)
 		}
-		u.graw, err = u.gconn.SyscallConn()
+		u.graw, err = u.gfile.SyscallConn()
 		if err != nil {
 			return err
 		}
@@ -218,13 +209,7 @@ func (u *UDP) open(ifi *net.Interface) error {
 				return err
 			}
 		}
-		gaddr := &net.UDPAddr{IP: cfg.Group.Addr().AsSlice()}
-		if v6 {
-			err = ipv6.NewPacketConn(u.gconn).JoinGroup(ifi, gaddr)
-		} else {
-			err = ipv4.NewPacketConn(u.gconn).JoinGroup(ifi, gaddr)
-		}
-		if err != nil {
+		if err := joinGroup(u.graw, cfg.Group.Addr(), ifi.Index); err != nil {
 			return fmt.Errorf("transport: join %v on %s: %w", cfg.Group.Addr(), ifi.Name, err)
 		}
 		u.info.GroupRecvBuffer, forced, capped, err = setBuffer(u.graw, unix.SO_RCVBUF, unix.SO_RCVBUFFORCE, cfg.RecvBuffer)
@@ -278,14 +263,17 @@ func (u *UDP) open(ifi *net.Interface) error {
 	return nil
 }
 
-// newUDPSocket makes a non-blocking UDP socket bound to sa and hands it to
-// the net package (which registers it with Go's poller).
-func newUDPSocket(family int, sa *unix.RawSockaddrInet6, salen uint32, group bool) (*net.UDPConn, error) {
-	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
+// newUDPSocket makes a UDP socket bound to sa as an *os.File that Go's
+// poller does not watch: the file is in blocking mode, which os.NewFile
+// leaves unregistered (see UDP), and every read and write passes
+// MSG_DONTWAIT instead. The File still guards the descriptor: Close waits
+// for a read or write in progress rather than freeing its number under it.
+func newUDPSocket(family int, sa *unix.RawSockaddrInet6, salen uint32, group bool) (*os.File, error) {
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
 	if err != nil {
 		return nil, os.NewSyscallError("socket", err)
 	}
-	fail := func(call string, err error) (*net.UDPConn, error) {
+	fail := func(call string, err error) (*os.File, error) {
 		unix.Close(fd)
 		return nil, os.NewSyscallError(call, err)
 	}
@@ -312,18 +300,64 @@ func newUDPSocket(family int, sa *unix.RawSockaddrInet6, salen uint32, group boo
 	if _, _, e := unix.Syscall(unix.SYS_BIND, uintptr(fd), uintptr(unsafe.Pointer(sa)), uintptr(salen)); e != 0 {
 		return fail("bind", e)
 	}
-	f := os.NewFile(uintptr(fd), "udp")
-	c, err := net.FilePacketConn(f) // dups fd
-	f.Close()
+	return os.NewFile(uintptr(fd), "udp"), nil
+}
+
+// setMulticastOptions sets the sending socket's multicast interface, TTL
+// (hop limit) and loopback.
+func setMulticastOptions(raw syscall.RawConn, v6 bool, ifindex, ttl int, loop bool) error {
+	l := 0
+	if loop {
+		l = 1
+	}
+	var serr error
+	err := raw.Control(func(fd uintptr) {
+		s := int(fd)
+		if v6 {
+			if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF, ifindex); err != nil {
+				serr = os.NewSyscallError("setsockopt IPV6_MULTICAST_IF", err)
+			} else if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_HOPS, ttl); err != nil {
+				serr = os.NewSyscallError("setsockopt IPV6_MULTICAST_HOPS", err)
+			} else if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_LOOP, l); err != nil {
+				serr = os.NewSyscallError("setsockopt IPV6_MULTICAST_LOOP", err)
+			}
+			return
+		}
+		if err := unix.SetsockoptIPMreqn(s, unix.IPPROTO_IP, unix.IP_MULTICAST_IF, &unix.IPMreqn{Ifindex: int32(ifindex)}); err != nil {
+			serr = os.NewSyscallError("setsockopt IP_MULTICAST_IF", err)
+		} else if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MULTICAST_TTL, ttl); err != nil {
+			serr = os.NewSyscallError("setsockopt IP_MULTICAST_TTL", err)
+		} else if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MULTICAST_LOOP, l); err != nil {
+			serr = os.NewSyscallError("setsockopt IP_MULTICAST_LOOP", err)
+		}
+	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	uc, ok := c.(*net.UDPConn)
-	if !ok {
-		c.Close()
-		return nil, fmt.Errorf("transport: socket is a %T, not a UDP socket", c)
+	return serr
+}
+
+// joinGroup joins the group socket to group on interface ifindex.
+func joinGroup(raw syscall.RawConn, group netip.Addr, ifindex int) error {
+	var serr error
+	err := raw.Control(func(fd uintptr) {
+		s := int(fd)
+		if group.Is4() {
+			serr = unix.SetsockoptIPMreqn(s, unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP, &unix.IPMreqn{Multiaddr: group.As4(), Ifindex: int32(ifindex)})
+			if serr != nil {
+				serr = os.NewSyscallError("setsockopt IP_ADD_MEMBERSHIP", serr)
+			}
+			return
+		}
+		serr = unix.SetsockoptIPv6Mreq(s, unix.IPPROTO_IPV6, unix.IPV6_JOIN_GROUP, &unix.IPv6Mreq{Multiaddr: group.As16(), Interface: uint32(ifindex)})
+		if serr != nil {
+			serr = os.NewSyscallError("setsockopt IPV6_JOIN_GROUP", serr)
+		}
+	})
+	if err != nil {
+		return err
 	}
-	return uc, nil
+	return serr
 }
 
 // multicastLoop reads IP_MULTICAST_LOOP (IPV6_MULTICAST_LOOP) back.
@@ -646,7 +680,9 @@ func (u *UDP) WriteBatch(bufs [][]byte, dsts []netip.AddrPort) (int, error) {
 }
 
 // send runs sendmmsg until the batch is out, a datagram fails, or the
-// socket buffer is full (false: wait until writable).
+// transport is closed. A full socket buffer (EAGAIN) is waited out with
+// poll(2) in steps of sendWaitStep, checking for Close between them (the
+// socket is not in Go's poller, see UDP). It always ends the RawConn.Write.
 func (u *UDP) send(fd uintptr) bool {
 	w := &u.wr
 	for w.off < w.cnt {
@@ -656,7 +692,16 @@ func (u *UDP) send(fd uintptr) bool {
 			w.off += int(n)
 		case unix.EINTR:
 		case unix.EAGAIN:
-			return false
+			if u.closed.Load() {
+				w.err = ErrClosed
+				return true
+			}
+			u.sendWaits.Add(1)
+			w.pfd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLOUT}
+			if _, err := unix.Poll(w.pfd[:], sendWaitStep); err != nil && err != unix.EINTR {
+				w.err = os.NewSyscallError("poll", err)
+				return true
+			}
 		default:
 			w.err = os.NewSyscallError("sendmmsg", e)
 			return true
@@ -664,6 +709,10 @@ func (u *UDP) send(fd uintptr) bool {
 	}
 	return true
 }
+
+// sendWaitStep is how long (ms) one poll(2) waits for a full send buffer
+// to drain before send looks at Close again.
+const sendWaitStep = 5
 
 // SetGroupFilter implements GroupFilterSetter: it replaces the group
 // socket's kernel filter by prog (Config.GroupFilter's rules), or removes it
@@ -677,7 +726,7 @@ func (u *UDP) SetGroupFilter(prog []bpf.RawInstruction) error {
 	if u.closed.Load() {
 		return ErrClosed
 	}
-	if u.gconn == nil {
+	if u.gfile == nil {
 		return nil
 	}
 	if len(prog) == 0 {
@@ -697,14 +746,20 @@ func (u *UDP) SetGroupFilter(prog []bpf.RawInstruction) error {
 
 // attachFilter attaches prog to the group socket (SO_ATTACH_FILTER).
 func (u *UDP) attachFilter(prog []bpf.RawInstruction) error {
-	var err error
-	if u.cfg.Group.Addr().Is4() {
-		err = ipv4.NewPacketConn(u.gconn).SetBPF(prog)
-	} else {
-		err = ipv6.NewPacketConn(u.gconn).SetBPF(prog)
+	filter := make([]unix.SockFilter, len(prog))
+	for i, ins := range prog {
+		filter[i] = unix.SockFilter{Code: ins.Op, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	var serr error
+	err := u.graw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fprog)
+	})
+	if err == nil {
+		err = serr
 	}
 	if err != nil {
-		return fmt.Errorf("transport: SO_ATTACH_FILTER on the group socket: %w", err)
+		return fmt.Errorf("transport: SO_ATTACH_FILTER on the group socket: %w", os.NewSyscallError("setsockopt", err))
 	}
 	return nil
 }
@@ -738,7 +793,9 @@ func (u *UDP) BatchSize() int { return u.cfg.BatchSize }
 func (u *UDP) Info() Info { return u.info }
 
 // Stats returns the transport's counters; safe from any goroutine.
-func (u *UDP) Stats() Stats { return Stats{Truncated: u.truncated.Load()} }
+func (u *UDP) Stats() Stats {
+	return Stats{Truncated: u.truncated.Load(), SendWaits: u.sendWaits.Load()}
+}
 
 // Close implements Transport. The epoll set is closed first, which wakes a
 // blocked ReadBatch; the sockets after it.
@@ -754,11 +811,11 @@ func (u *UDP) closeAll() error {
 	if u.ep != nil {
 		errs = append(errs, u.ep.Close())
 	}
-	if u.gconn != nil {
-		errs = append(errs, u.gconn.Close())
+	if u.gfile != nil {
+		errs = append(errs, u.gfile.Close())
 	}
-	if u.uconn != nil {
-		errs = append(errs, u.uconn.Close())
+	if u.ufile != nil {
+		errs = append(errs, u.ufile.Close())
 	}
 	return errors.Join(errs...)
 }
