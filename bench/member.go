@@ -89,6 +89,14 @@ type MemberConfig struct {
 	// many messages a call (their send time is the batch's); 0 or 1: Send
 	// per message.
 	SendBatch int
+	// DiscardOwn runs the members with engine.Config.DiscardOwn: a sender
+	// does not deliver its own messages to itself. Its record of its own
+	// stream (count, seqnos, hash) is then kept by the sending goroutine
+	// as each message is accepted, so Verify checks every receiver against
+	// what was sent rather than against the sender's own delivery. A
+	// throughput setting: the agent, the sender's bottleneck, no longer
+	// runs the handler for its own messages.
+	DiscardOwn bool
 	// SampleEvery records the latency of one message in SampleEvery
 	// (default 1: every message); reading the clock per message costs a
 	// few percent at tens of millions of messages per second.
@@ -187,7 +195,7 @@ func (c MemberConfig) engineConfig(h engine.Handler) engine.Config {
 		MaxDatagram: c.MaxDatagram, BundleBytes: c.BundleBytes, BundleDelay: c.BundleDelay,
 		Window: c.Window, RecvBuffer: c.RecvBuffer, BatchSize: c.BatchSize,
 		Idle: c.Idle, Threading: c.Threading, LossRate: c.LossRate, LossSeed: c.RunID ^ uint64(c.Index),
-		Logger: c.Logger, Handler: h,
+		DiscardOwn: c.DiscardOwn, Logger: c.Logger, Handler: h,
 	}
 }
 
@@ -443,6 +451,27 @@ func (h *memberHandler) Deliver(sender digest.Member, seq uint64, p []byte) {
 	}
 }
 
+// recordSent is Deliver for a DiscardOwn sender's own stream, called by
+// the sending goroutine once the engine accepted message seq (the engine
+// numbers a member's messages 1, 2, ...): the same count, seqnos and hash
+// a receiver records. No latency: a sender's own stream has none to report.
+func (h *memberHandler) recordSent(st *recvState, seq uint64, p []byte, last bool) {
+	r := &st.res
+	if r.Delivered == 0 {
+		r.FirstSeq = seq
+	}
+	r.Delivered++
+	r.LastSeq = seq
+	st.bytes += int64(len(p))
+	st.hash = FoldHash(st.hash, seq, p)
+	st.progress.Store(r.Delivered)
+	if last && !st.complete.Swap(true) {
+		if h.pending.Add(-1) == 0 {
+			h.once.Do(func() { close(h.done) })
+		}
+	}
+}
+
 // Lost implements engine.Handler.
 func (h *memberHandler) Lost(sender digest.Member, from, to uint64) {
 	if st := h.state(sender); st != nil {
@@ -502,13 +531,17 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 	var sendErr error
 	sendDone := make(chan struct{})
 	if cfg.sends() {
+		var own *ownRecord
+		if cfg.DiscardOwn {
+			own = &ownRecord{h: h, st: h.bySlot[cfg.Index]}
+		}
 		go func() {
 			defer close(sendDone)
 			res.SendStartNs = Nanotime()
 			if cfg.SendBatch > 1 {
-				res.Sent, sendErr = sendBatches(ctx, runCtx, m, cfg)
+				res.Sent, sendErr = sendBatches(ctx, runCtx, m, cfg, own)
 			} else {
-				res.Sent, sendErr = sendMessages(ctx, runCtx, m, cfg)
+				res.Sent, sendErr = sendMessages(ctx, runCtx, m, cfg, own)
 			}
 			res.SendNs = Nanotime() - res.SendStartNs
 		}()
@@ -597,10 +630,23 @@ wait:
 	return res, err
 }
 
+// ownRecord is where a DiscardOwn sender records its own stream (nil
+// otherwise: the handler records it on delivery).
+type ownRecord struct {
+	h  *memberHandler
+	st *recvState
+}
+
+func (o *ownRecord) sent(seq uint64, p []byte, last bool) {
+	if o != nil {
+		o.h.recordSent(o.st, seq, p, last)
+	}
+}
+
 // sendMessages sends cfg.Count messages (or for cfg.Duration, or until
 // ctx ends) with Send; the last is marked. The last message is sent under
 // runCtx, so a cancelled ctx still ends the stream cleanly.
-func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfig) (int64, error) {
+func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfig, own *ownRecord) (int64, error) {
 	p := make([]byte, cfg.MsgSize)
 	for i := MinMsgSize; i < len(p); i++ {
 		p[i] = byte(i)
@@ -639,6 +685,7 @@ func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfi
 			}
 			return int64(i - 1), err
 		}
+		own.sent(i, p, last)
 		if last {
 			return int64(i), nil
 		}
@@ -648,7 +695,7 @@ func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfi
 // sendBatches is sendMessages with engine.Member.SendBatch, cfg.SendBatch
 // messages a call: the same payloads (send time, index, pattern), the send
 // time read once per batch, and the same last message.
-func sendBatches(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfig) (int64, error) {
+func sendBatches(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfig, own *ownRecord) (int64, error) {
 	bufs := make([][]byte, cfg.SendBatch)
 	for k := range bufs {
 		bufs[k] = make([]byte, cfg.MsgSize)
@@ -682,6 +729,9 @@ func sendBatches(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfig
 			binary.LittleEndian.PutUint64(bufs[j][8:], idx)
 		}
 		k, err := m.SendBatch(c, bufs[:n])
+		for j := range k {
+			own.sent(sent+1+uint64(j), bufs[j], last && uint64(j) == n-1)
+		}
 		sent += uint64(k)
 		if err != nil {
 			if !last && ctx.Err() != nil {

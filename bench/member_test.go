@@ -26,18 +26,22 @@ func TestRunGroupExactDelivery(t *testing.T) {
 		senders []int
 		size    int
 		loss    float64
-		batch   int // MemberConfig.SendBatch
+		batch   int  // MemberConfig.SendBatch
+		discard bool // MemberConfig.DiscardOwn: senders record what they sent
 	}{
-		{"1to2/64B", 3, []int{0}, 64, 0, 0},
-		{"1to2/1KiB/loss5%", 3, []int{0}, 1024, 0.05, 0},
-		{"2senders/loss5%", 3, []int{0, 1}, 100, 0.05, 0},
-		{"1to2/64B/batch", 3, []int{0}, 64, 0, 64}, // the count is not a multiple of 64
-		{"2senders/batch/loss5%", 3, []int{0, 1}, 100, 0.05, 37},
+		{"1to2/64B", 3, []int{0}, 64, 0, 0, false},
+		{"1to2/1KiB/loss5%", 3, []int{0}, 1024, 0.05, 0, false},
+		{"2senders/loss5%", 3, []int{0, 1}, 100, 0.05, 0, false},
+		{"1to2/64B/batch", 3, []int{0}, 64, 0, 64, false}, // the count is not a multiple of 64
+		{"2senders/batch/loss5%", 3, []int{0, 1}, 100, 0.05, 37, false},
+		{"2senders/discardown/loss5%", 3, []int{0, 1}, 100, 0.05, 0, true},
+		{"1to2/batch/discardown", 3, []int{0}, 64, 0, 64, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			cfg := MemberConfig{Members: tt.members, Senders: tt.senders, MsgSize: tt.size, Count: count, Group: RandomGroup(), SendBatch: tt.batch}
+			cfg := MemberConfig{Members: tt.members, Senders: tt.senders, MsgSize: tt.size, Count: count, Group: RandomGroup(),
+				SendBatch: tt.batch, DiscardOwn: tt.discard}
 			if tt.loss > 0 {
 				// Small datagrams, so that a few hundred carry data and the
 				// injected loss hits data (not only control datagrams) in
@@ -61,6 +65,11 @@ func TestRunGroupExactDelivery(t *testing.T) {
 					require.Equal(t, uint64(count), s.LastSeq)
 					require.Zero(t, s.OutOfOrder)
 					require.Empty(t, s.Lost)
+					if tt.discard && s.Index == r.Index {
+						// Recorded as sent, not delivered: no latency.
+						require.Zero(t, r.Stats.Delivered-deliveredOthers(r), "member %d delivered its own messages", r.Index)
+						continue
+					}
 					require.Positive(t, s.Latency.Count)
 					require.NotNil(t, s.Latency.Histogram())
 				}
@@ -79,6 +88,17 @@ func TestRunGroupExactDelivery(t *testing.T) {
 			}
 		})
 	}
+}
+
+// deliveredOthers is how many messages of other senders r delivered.
+func deliveredOthers(r MemberResult) uint64 {
+	var n uint64
+	for _, s := range r.Senders {
+		if s.Index != r.Index {
+			n += uint64(s.Delivered)
+		}
+	}
+	return n
 }
 
 func caseLabel(loss float64) string {
@@ -247,6 +267,29 @@ func TestMemberMainWritesJSON(t *testing.T) {
 	require.Equal(t, int64(500), r.Senders[0].Delivered)
 	require.True(t, r.Complete)
 	require.Len(t, r.Senders[0].Hash, 16)
+}
+
+// TestMemberMainDiscardOwn: MemberArgs passes DiscardOwn on (-discard-own);
+// a lone sender then delivers nothing to itself and records its own stream
+// as it sends. (That the record matches what receivers deliver is
+// TestRunGroupExactDelivery's discardown cases: Verify compares them.)
+func TestMemberMainDiscardOwn(t *testing.T) {
+	for _, discard := range []bool{false, true} {
+		cfg := MemberConfig{RunID: 7, Members: 1, Senders: []int{0}, Group: RandomGroup(), Count: 500, MsgSize: 100,
+			Duration: time.Second, SampleEvery: 1, DiscardOwn: discard}
+		var out, errOut bytes.Buffer
+		require.NoError(t, MemberMain(context.Background(), MemberArgs(cfg, "-", false), strings.NewReader(""), &out, &errOut), errOut.String())
+		var r MemberResult
+		require.NoError(t, json.Unmarshal(out.Bytes(), &r))
+		require.True(t, r.Complete)
+		require.Equal(t, int64(500), r.Senders[0].Delivered)
+		require.Equal(t, uint64(500), r.Senders[0].LastSeq)
+		if discard {
+			require.Zero(t, r.Stats.Delivered, "a DiscardOwn sender delivered its own messages")
+		} else {
+			require.Equal(t, uint64(500), r.Stats.Delivered)
+		}
+	}
 }
 
 func TestMemberMainUsageErrors(t *testing.T) {

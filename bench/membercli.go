@@ -48,6 +48,9 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 	if cfg.SendBatch > 1 {
 		a = append(a, "-batch", strconv.Itoa(cfg.SendBatch))
 	}
+	if cfg.DiscardOwn {
+		a = append(a, "-discard-own")
+	}
 	if cfg.Transport != "" {
 		a = append(a, "-transport", cfg.Transport)
 	}
@@ -94,6 +97,7 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	sample := fs.Int("sample", 1, "record the latency of one message in N")
 	batch := fs.Int("batch", 0, "send with SendBatch, this many messages a call (0 or 1: Send per message)")
 	timeout := fs.Duration("timeout", 0, "give up this long after sending starts (0: -duration or 10s, plus 30s)")
+	discardOwn := fs.Bool("discard-own", false, "a sender does not deliver its own messages (engine.Config.DiscardOwn); it records what it sent instead")
 	noLoop := fs.Bool("no-loopback", false, "multicast loopback off (engine.Config.NoLoopback): only for a member alone in its host or namespace")
 	out := fs.String("out", "-", "result file (- for stdout)")
 	waitStart := fs.Bool("wait-start", false, "print "+ReadyLine+" once open, then wait for a line on stdin before sending")
@@ -114,7 +118,8 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	}
 	cfg := MemberConfig{RunID: *runID, Index: *index, Members: *members, Interface: *iface, TTL: *ttl, MsgSize: *size,
 		Count: *count, Duration: *duration, LossRate: *loss, Transport: *transport, MaxDatagram: *datagram, BundleBytes: *bundle,
-		SampleEvery: *sample, Timeout: *timeout, NoLoopback: *noLoop, SendBatch: *batch}
+		SampleEvery: *sample, Timeout: *timeout, NoLoopback: *noLoop, SendBatch: *batch,
+		DiscardOwn: *discardOwn}
 	var err error
 	if cfg.Senders, err = parseInts(*senders); err != nil {
 		return bad("-senders %q: %v", *senders, err)
