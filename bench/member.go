@@ -464,7 +464,9 @@ func (h *memberHandler) recordSent(st *recvState, seq uint64, p []byte, last boo
 	r.LastSeq = seq
 	st.bytes += int64(len(p))
 	st.hash = FoldHash(st.hash, seq, p)
-	st.progress.Store(r.Delivered)
+	if r.Delivered%timelineStep == 0 || last {
+		st.progress.Store(r.Delivered)
+	}
 	if last && !st.complete.Swap(true) {
 		if h.pending.Add(-1) == 0 {
 			h.once.Do(func() { close(h.done) })
