@@ -63,6 +63,9 @@ type MemberConfig struct {
 	TTL              int
 	AllowNonLoopback bool
 	NoLoopback       bool
+	// NoGSO turns the engine's UDP segmentation offload off
+	// (engine.Config.NoGSO).
+	NoGSO bool
 	// MsgSize is the size of each message (default 64, at least
 	// MinMsgSize).
 	MsgSize int
@@ -195,7 +198,7 @@ func (c MemberConfig) engineConfig(h engine.Handler) engine.Config {
 		MaxDatagram: c.MaxDatagram, BundleBytes: c.BundleBytes, BundleDelay: c.BundleDelay,
 		Window: c.Window, RecvBuffer: c.RecvBuffer, BatchSize: c.BatchSize,
 		Idle: c.Idle, Threading: c.Threading, LossRate: c.LossRate, LossSeed: c.RunID ^ uint64(c.Index),
-		DiscardOwn: c.DiscardOwn, Logger: c.Logger, Handler: h,
+		DiscardOwn: c.DiscardOwn, NoGSO: c.NoGSO, Logger: c.Logger, Handler: h,
 	}
 }
 

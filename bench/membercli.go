@@ -63,6 +63,9 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 	if cfg.NoLoopback {
 		a = append(a, "-no-loopback")
 	}
+	if cfg.NoGSO {
+		a = append(a, "-no-gso")
+	}
 	return appendProcessArgs(a, cfg.Interface, cfg.Unicast, cfg.TTL, cfg.Timeout, waitStart)
 }
 
@@ -98,6 +101,7 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	batch := fs.Int("batch", 0, "send with SendBatch, this many messages a call (0 or 1: Send per message)")
 	timeout := fs.Duration("timeout", 0, "give up this long after sending starts (0: -duration or 10s, plus 30s)")
 	discardOwn := fs.Bool("discard-own", false, "a sender does not deliver its own messages (engine.Config.DiscardOwn); it records what it sent instead")
+	noGSO := fs.Bool("no-gso", false, "UDP segmentation offload off (engine.Config.NoGSO)")
 	noLoop := fs.Bool("no-loopback", false, "multicast loopback off (engine.Config.NoLoopback): only for a member alone in its host or namespace")
 	out := fs.String("out", "-", "result file (- for stdout)")
 	waitStart := fs.Bool("wait-start", false, "print "+ReadyLine+" once open, then wait for a line on stdin before sending")
@@ -119,7 +123,7 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	cfg := MemberConfig{RunID: *runID, Index: *index, Members: *members, Interface: *iface, TTL: *ttl, MsgSize: *size,
 		Count: *count, Duration: *duration, LossRate: *loss, Transport: *transport, MaxDatagram: *datagram, BundleBytes: *bundle,
 		SampleEvery: *sample, Timeout: *timeout, NoLoopback: *noLoop, SendBatch: *batch,
-		DiscardOwn: *discardOwn}
+		DiscardOwn: *discardOwn, NoGSO: *noGSO}
 	var err error
 	if cfg.Senders, err = parseInts(*senders); err != nil {
 		return bad("-senders %q: %v", *senders, err)

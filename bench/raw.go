@@ -75,6 +75,11 @@ type RawConfig struct {
 	// BusyPoll makes the receivers spin on TryReadBatch instead of
 	// blocking in ReadBatch (each keeps a core busy).
 	BusyPoll bool
+	// NoGSO sends every datagram through the kernel on its own
+	// (transport.Config.NoGSO): the bundler the engine's issue defines,
+	// sendmmsg out. Default: the same segmentation offload as the engine,
+	// so that both run on the same path.
+	NoGSO bool
 }
 
 // RawResult is what RunRaw measured. Receiver figures are the worst
@@ -293,7 +298,7 @@ func RunRaw(ctx context.Context, cfg RawConfig) (RawResult, error) {
 // sender.
 func (c RawConfig) transportConfig(group netip.AddrPort, sendOnly bool) transport.Config {
 	tc := transport.Config{Group: group, Interface: c.Interface, Unicast: c.Unicast, TTL: c.TTL, BatchSize: c.Batch,
-		SendOnly: sendOnly, AllowNonLoopback: c.AllowNonLoopback}
+		SendOnly: sendOnly, AllowNonLoopback: c.AllowNonLoopback, NoGSO: c.NoGSO}
 	if !sendOnly {
 		tc.RecvBuffer = c.RecvBuffer
 	}

@@ -238,6 +238,9 @@ func RawMemberArgs(cfg RawMemberConfig, out string, waitStart bool) []string {
 	if r.RecvBuffer != 0 {
 		a = append(a, "-recv-buffer", strconv.Itoa(r.RecvBuffer))
 	}
+	if r.NoGSO {
+		a = append(a, "-no-gso")
+	}
 	return appendProcessArgs(a, r.Interface, r.Unicast, r.TTL, cfg.Timeout, waitStart)
 }
 
@@ -264,6 +267,7 @@ func RawMemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	duration := fs.Duration("duration", 2*time.Second, "how long to send when -count is 0")
 	batch := fs.Int("batch", 8, "datagrams per sendmmsg/recvmmsg")
 	recvBuf := fs.Int("recv-buffer", 0, "SO_RCVBUF in bytes (0: 4 MiB)")
+	noGSO := fs.Bool("no-gso", false, "send every datagram on its own (no UDP segmentation offload)")
 	drain := fs.Duration("drain", 500*time.Millisecond, "receiver: stop once no datagram came for this long")
 	timeout := fs.Duration("timeout", 0, "receiver: give up when no datagram came this long after the start (0: -duration or 10s, plus 30s)")
 	out := fs.String("out", "-", "result file (- for stdout)")
@@ -282,7 +286,7 @@ func RawMemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	}
 	cfg := RawMemberConfig{Index: *index, Timeout: *timeout, Raw: RawConfig{Interface: *iface, TTL: *ttl, MsgSize: *size,
 		DatagramSize: *datagram, Count: *count, Duration: *duration, Batch: *batch, RecvBuffer: *recvBuf, Drain: *drain,
-		AllowNonLoopback: *iface != "lo"}}
+		AllowNonLoopback: *iface != "lo", NoGSO: *noGSO}}
 	switch *role {
 	case "send":
 		cfg.Send = true

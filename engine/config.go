@@ -193,6 +193,17 @@ type Config struct {
 	// sent comes back through the interface itself. Default false:
 	// loopback on.
 	NoLoopback bool
+	// NoGSO turns UDP generic segmentation offload off. By default (where
+	// the kernel has UDP_SEGMENT, Linux 4.18+) each write hands a run of
+	// consecutive bundles of one size, for one destination, to the kernel
+	// as one message: it goes through the send path (routing, netfilter, a
+	// bridge, veth) once and is cut back into the same datagrams where it
+	// is delivered. Below the loopback's 64 KB datagrams that is most of
+	// a sender's system time (veth bridge, MTU 1500, 64 B messages: about
+	// 3x the messages a second; see the README). Off: every datagram makes
+	// the trip on its own. The transport falls back by itself, for good,
+	// if the kernel refuses a segmented send (transport.Stats.GSORefused).
+	NoGSO bool
 	// Transport selects the backend: "udp" (default), or "auto" (the best
 	// available: UDP until the AF_XDP backend lands). "xdp" is refused
 	// until then.

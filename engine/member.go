@@ -111,6 +111,7 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 		BatchSize:        cfg.BatchSize,
 		AllowNonLoopback: cfg.AllowNonLoopback,
 		NoLoopback:       cfg.NoLoopback,
+		NoGSO:            cfg.NoGSO,
 		GroupFilter:      selfFilter(cfg.Self),
 	})
 	if err != nil {

@@ -163,6 +163,10 @@ type Stats struct {
 	Membership gms.Stats
 	Pool       wire.PoolStats
 	Transport  transport.Info
+	// Socket is the transport's counters: truncated reads, waits for a
+	// full send buffer, and whether writes use UDP segmentation offload
+	// (Config.NoGSO) with how many segmented sends.
+	Socket transport.Stats
 }
 
 // Stats returns a snapshot of the counters. It takes the protocol lock
@@ -239,6 +243,9 @@ func (m *Member) Stats() Stats {
 		Protocol:  ps,
 		Pool:      m.pool.Stats(),
 		Transport: m.info,
+	}
+	if ts, ok := m.tr.(interface{ Stats() transport.Stats }); ok {
+		s.Socket = ts.Stats()
 	}
 	s.Senders = make([]SenderWindow, d.Len())
 	for i := range s.Senders {

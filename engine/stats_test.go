@@ -67,3 +67,40 @@ func TestStatsRepairAndPeerLag(t *testing.T) {
 	require.Len(t, r.Peers, 1)
 	require.Equal(t, PeerLag{Member: ms[0].Self(), Age: -1}, r.Peers[0])
 }
+
+// TestSocketStatsShowGSO: Stats.Socket reports the transport's counters;
+// with small datagrams on loopback a sender's full bundles go out
+// segmented (GSO) unless Config.NoGSO, and are delivered all the same.
+func TestSocketStatsShowGSO(t *testing.T) {
+	const n = 5000
+	for _, noGSO := range []bool{false, true} {
+		rec := newRecorder(n)
+		ms := openGroup(t, 2, func(i int, c *Config) {
+			c.MaxDatagram = 1472
+			c.NoGSO = noGSO
+			if i == 1 {
+				c.Handler = rec
+			}
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		for i := range n {
+			require.NoError(t, ms[0].Send(ctx, payloadOf(0, i, 64)))
+		}
+		select {
+		case <-rec.cond:
+		case <-ctx.Done():
+			t.Fatalf("NoGSO %v: receiver got %d of %d", noGSO, rec.total, n)
+		}
+		cancel()
+		require.Empty(t, rec.errs)
+		st := ms[0].Stats().Socket
+		require.Zero(t, st.GSORefused)
+		if noGSO {
+			require.False(t, st.GSO)
+			require.Zero(t, st.GSOSends)
+		} else {
+			require.True(t, st.GSO)
+			require.Positive(t, st.GSOSends, "%d messages of 64 B in 1472 B datagrams, no segmented send", n)
+		}
+	}
+}

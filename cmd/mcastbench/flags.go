@@ -40,6 +40,7 @@ type engineFlags struct {
 	sample           int
 	batch            int
 	discardOwn       bool
+	noGSO            bool
 }
 
 func (f *engineFlags) register(fs *flag.FlagSet, members int, duration time.Duration) {
@@ -60,6 +61,7 @@ func (f *engineFlags) register(fs *flag.FlagSet, members int, duration time.Dura
 	fs.StringVar(&f.group, "group", "", "multicast group ADDR:PORT in 239.0.0.0/8 (default: random 239.77.x.y:port)")
 	fs.IntVar(&f.sample, "sample", 0, "record the latency of one message in N (0: every message for 1 KiB and more, 1 in 16 below)")
 	fs.IntVar(&f.batch, "batch", 0, "senders send with SendBatch, this many messages a call (0 or 1: Send per message)")
+	fs.BoolVar(&f.noGSO, "no-gso", false, "UDP segmentation offload off, for the engine and the raw baseline alike: every datagram goes through the kernel's send path on its own (the raw bundler as the engine issue defines it)")
 	fs.BoolVar(&f.discardOwn, "discard-own", false, "senders do not deliver their own messages (engine.Config.DiscardOwn); each records what it sent, and receivers are verified against that")
 }
 
@@ -139,7 +141,8 @@ func (f *engineFlags) memberConfig() bench.MemberConfig {
 	return bench.MemberConfig{Members: f.members, Senders: senders, Group: g, Interface: f.iface,
 		MsgSize: f.size, Count: f.count, Duration: f.duration, Idle: idle, Threading: thr, Transport: f.transport,
 		MaxDatagram: f.datagram, BundleBytes: f.bundleBytes, BundleDelay: f.bundleDelay, Window: f.window,
-		SampleEvery: sampleEvery(f.sample, f.size), SendBatch: f.batch, DiscardOwn: f.discardOwn}
+		SampleEvery: sampleEvery(f.sample, f.size), SendBatch: f.batch, DiscardOwn: f.discardOwn,
+		NoGSO: f.noGSO}
 }
 
 // sampleEvery is the latency sampling: every message from 1 KiB up, one

@@ -244,7 +244,7 @@ func runThroughput(ctx context.Context, args []string, stdout, stderr io.Writer)
 	var rows []bench.Row
 	if !*noRaw && ef.members > 1 {
 		rc := bench.RawConfig{Interface: ef.iface, MsgSize: ef.size, DatagramSize: datagram, Duration: ef.duration, Count: ef.count,
-			Receivers: ef.members - 1, Batch: engine.DefaultBatchSize}
+			Receivers: ef.members - 1, Batch: engine.DefaultBatchSize, NoGSO: ef.noGSO}
 		progress(stderr, "raw")
 		raw, err := bench.RunRaw(ctx, rc)
 		if err != nil {

@@ -69,7 +69,7 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var rows []bench.Row
 	if !*noRaw {
 		rc := bench.RawConfig{MsgSize: ef.size, DatagramSize: datagram, Duration: ef.duration, Count: ef.count,
-			Batch: engine.DefaultBatchSize, Receivers: ef.members - 1}
+			Batch: engine.DefaultBatchSize, Receivers: ef.members - 1, NoGSO: ef.noGSO}
 		progressLine(fmt.Sprintf("raw bundler, %s messages in %d B datagrams", bench.FormatBytes(ef.size), datagram))
 		raw, _, err := bench.RunNetnsRaw(ctx, bench.NetnsRawConfig{Raw: rc, Members: ef.members, Netns: ns,
 			Exe: []string{exe, "raw-member"}, Progress: progressLine})

@@ -58,7 +58,7 @@ func fullSocketUDP(t *testing.T) (*UDP, int) {
 	u.uraw, err = u.ufile.SyscallConn()
 	require.NoError(t, err)
 	u.wr.boundSend = u.send
-	u.wr.hdrs, u.wr.iovs, u.wr.names = newHeaders(4)
+	u.wr.init(4)
 	// saLen 0: no destination name, the socketpair's peer gets it.
 	return u, fds[1]
 }

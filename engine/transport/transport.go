@@ -162,6 +162,13 @@ type Config struct {
 	// interface it changes nothing: what is sent there comes back through
 	// the interface itself.
 	NoLoopback bool
+	// NoGSO turns UDP generic segmentation offload off. With it on (when
+	// the kernel has UDP_SEGMENT, Linux 4.18+), WriteBatch hands each run
+	// of consecutive equal-sized datagrams to one destination to the
+	// kernel as one message, which goes through the send path once and is
+	// cut into the same datagrams where it is delivered. Off, every
+	// datagram makes the whole trip (as the raw baseline's do).
+	NoGSO bool
 	// SendOnly skips the group socket: the transport sends to the group but
 	// does not join it, and ReadBatch reads the unicast socket only.
 	SendOnly bool
@@ -204,6 +211,13 @@ type Stats struct {
 	// SendWaits counts the times a write found the socket's send buffer
 	// full and waited for room.
 	SendWaits uint64
+	// GSO reports that writes use UDP generic segmentation offload
+	// (Config.NoGSO), GSOSends counts the messages that carried several
+	// datagrams that way, and GSORefused the times the kernel refused one
+	// (the transport then stops using it).
+	GSO        bool
+	GSOSends   uint64
+	GSORefused uint64
 }
 
 // withDefaults validates c and returns it with defaults filled in and the

@@ -637,3 +637,80 @@ func TestTryReadBatchReachesUnicast(t *testing.T) {
 		require.Equal(t, 1, k, "round %d: group datagram not read at once", round)
 	}
 }
+
+// TestGSOKeepsDatagramBoundaries: with GSO (the default) runs of equal
+// datagrams go to the kernel as single messages, and receivers still read
+// each datagram on its own, in order, with its length: here runs broken by
+// a shorter datagram, a longer one, a unicast destination and the 64
+// segment bound. With NoGSO nothing is coalesced and the same arrives.
+func TestGSOKeepsDatagramBoundaries(t *testing.T) {
+	for _, noGSO := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoGSO=%v", noGSO), func(t *testing.T) {
+			a := open(t, transport.Config{Group: group(30 + boolByte(noGSO)), BatchSize: 256, NoGSO: noGSO})
+			b := open(t, transport.Config{Group: a.Group(), BatchSize: 256})
+			var bufs [][]byte
+			var dsts []netip.AddrPort
+			add := func(size int, dst netip.AddrPort) {
+				p := make([]byte, size)
+				binary.LittleEndian.PutUint64(p, uint64(len(bufs)))
+				for i := 8; i < size; i++ {
+					p[i] = byte(len(bufs) + i)
+				}
+				bufs = append(bufs, p)
+				dsts = append(dsts, dst)
+			}
+			for range 5 {
+				add(1000, netip.AddrPort{})
+			}
+			add(600, netip.AddrPort{}) // shorter: ends the run
+			add(1000, netip.AddrPort{})
+			add(1200, netip.AddrPort{}) // longer: starts a new run
+			add(1200, b.LocalAddr())    // unicast
+			add(1200, b.LocalAddr())
+			for range 70 { // more than one message's worth of segments
+				add(500, a.Group())
+			}
+			n, err := a.WriteBatch(bufs, dsts)
+			require.NoError(t, err)
+			require.Equal(t, len(bufs), n)
+			got, _ := readN(t, b, len(bufs))
+			// Group and unicast come through two sockets: compare per
+			// destination, in order.
+			var wantG, wantU, gotG, gotU [][]byte
+			for i, p := range bufs {
+				if dsts[i] == b.LocalAddr() {
+					wantU = append(wantU, p)
+				} else {
+					wantG = append(wantG, p)
+				}
+			}
+			for _, p := range got {
+				if i := binary.LittleEndian.Uint64(p); dsts[i] == b.LocalAddr() {
+					gotU = append(gotU, p)
+				} else {
+					gotG = append(gotG, p)
+				}
+			}
+			require.Equal(t, wantG, gotG)
+			require.Equal(t, wantU, gotU)
+			st := a.Stats()
+			require.Zero(t, st.GSORefused)
+			if noGSO {
+				require.False(t, st.GSO)
+				require.Zero(t, st.GSOSends)
+			} else {
+				require.True(t, st.GSO, "this kernel (Linux 4.18+) takes UDP_SEGMENT")
+				// Coalesced: [5x1000, 600], [2x1200 unicast], [64x500],
+				// [6x500]; 1000 and the group's 1200 go alone.
+				require.Equal(t, uint64(4), st.GSOSends)
+			}
+		})
+	}
+}
+
+func boolByte(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
