@@ -67,7 +67,10 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(&b, "sendmmsg/recvmmsg, every message parsed, no reliability) measured in the same run just before. Namespaces: one member\n")
 	fmt.Fprintf(&b, "process per network namespace on a bridge, veth MTU 1500 (1472 B datagrams) and 9000 (8972 B); their raw row is the\n")
 	fmt.Fprintf(&b, "same bundler as one process per namespace (`mcastbench raw-member`, member 0 sending) between the same namespaces,\n")
-	fmt.Fprintf(&b, "just before. Loss: injected at the receivers (nakcast); the raw rows' loss is what the kernel dropped.\n")
+	fmt.Fprintf(&b, "just before. Both use UDP segmentation offload (UDP_SEGMENT: a run of equal datagrams goes through the kernel's\n")
+	fmt.Fprintf(&b, "send path once and is cut apart on delivery; see engine.Config.NoGSO); the paths marked \"nogso\" run both without it,\n")
+	fmt.Fprintf(&b, "a datagram at a time (the bundler as the engine issue defines it). Loss: injected at the receivers (nakcast); the raw\n")
+	fmt.Fprintf(&b, "rows' loss is what the kernel dropped.\n")
 	fmt.Fprintf(&b, "msgs/s and MB/s are the slowest receiver's; latency is send (timestamp in the payload) to delivery under full load,\n")
 	fmt.Fprintf(&b, "so it is mostly queueing; `verified` means every member delivered the same messages (count and hash) in order.\n\n")
 	if netnsNote != "" {
@@ -101,24 +104,38 @@ func netnsResults(ctx context.Context, exe string, mtu int, sizes []int, members
 		if ctx.Err() != nil {
 			return rows, ctx.Err()
 		}
-		fmt.Fprintf(stderr, "%s raw %s ...\n", path, bench.FormatBytes(size))
-		rc := bench.RawConfig{MsgSize: size, DatagramSize: datagram, Duration: duration, Batch: engine.DefaultBatchSize, Receivers: members - 1}
-		raw, _, err := bench.RunNetnsRaw(ctx, bench.NetnsRawConfig{Raw: rc, Members: members, Netns: ns, Exe: []string{exe, "raw-member"}})
-		if err != nil {
-			return rows, fmt.Errorf("raw %d B: %w", size, err)
-		}
-		rows = append(rows, bench.RawRow(path, rc, raw))
-		for _, loss := range []float64{0, 0.05} {
+		// With UDP segmentation offload (the default, engine and raw
+		// alike), then without: the bundler as the engine issue defines
+		// it, a datagram at a time through sendmmsg; its rows' path says
+		// "nogso", which pairs the ratios.
+		for _, noGSO := range []bool{false, true} {
+			p := path
+			losses := []float64{0, 0.05}
+			if noGSO {
+				p, losses = path+" nogso", []float64{0}
+			}
 			if ctx.Err() != nil {
 				return rows, ctx.Err()
 			}
-			fmt.Fprintf(stderr, "%s nakcast %s %s ...\n", path, bench.FormatBytes(size), caseName(loss))
-			cfg := bench.MemberConfig{Members: members, MsgSize: size, Duration: duration, LossRate: loss, SampleEvery: sampleEvery(0, size)}
-			rs, err := bench.RunNetns(ctx, bench.NetnsRunConfig{Member: cfg, Netns: ns, Exe: []string{exe, "member"}})
-			if len(rs) == 0 {
-				return rows, fmt.Errorf("nakcast %d B: %w", size, err)
+			fmt.Fprintf(stderr, "%s raw %s ...\n", p, bench.FormatBytes(size))
+			rc := bench.RawConfig{MsgSize: size, DatagramSize: datagram, Duration: duration, Batch: engine.DefaultBatchSize, Receivers: members - 1, NoGSO: noGSO}
+			raw, _, err := bench.RunNetnsRaw(ctx, bench.NetnsRawConfig{Raw: rc, Members: members, Netns: ns, Exe: []string{exe, "raw-member"}})
+			if err != nil {
+				return rows, fmt.Errorf("raw %d B: %w", size, err)
 			}
-			rows = append(rows, bench.GroupRow(path, caseName(loss), rs, datagram))
+			rows = append(rows, bench.RawRow(p, rc, raw))
+			for _, loss := range losses {
+				if ctx.Err() != nil {
+					return rows, ctx.Err()
+				}
+				fmt.Fprintf(stderr, "%s nakcast %s %s ...\n", p, bench.FormatBytes(size), caseName(loss))
+				cfg := bench.MemberConfig{Members: members, MsgSize: size, Duration: duration, LossRate: loss, SampleEvery: sampleEvery(0, size), NoGSO: noGSO}
+				rs, err := bench.RunNetns(ctx, bench.NetnsRunConfig{Member: cfg, Netns: ns, Exe: []string{exe, "member"}})
+				if len(rs) == 0 {
+					return rows, fmt.Errorf("nakcast %d B: %w", size, err)
+				}
+				rows = append(rows, bench.GroupRow(p, caseName(loss), rs, datagram))
+			}
 		}
 	}
 	return rows, nil
