@@ -76,9 +76,10 @@ type RawConfig struct {
 	// blocking in ReadBatch (each keeps a core busy).
 	BusyPoll bool
 	// NoGSO sends every datagram through the kernel on its own
-	// (transport.Config.NoGSO): the bundler the engine's issue defines,
-	// sendmmsg out. Default: the same segmentation offload as the engine,
-	// so that both run on the same path.
+	// (transport.Config.NoGSO) and reads them one by one (no GRO): the
+	// bundler the engine's issue defines, sendmmsg out, recvmmsg in.
+	// Default: the same segmentation offloads as the engine (GSO, and GRO
+	// for datagrams up to 16 KB), so that both run on the same path.
 	NoGSO bool
 }
 
@@ -294,6 +295,9 @@ func RunRaw(ctx context.Context, cfg RawConfig) (RawResult, error) {
 	return res, nil
 }
 
+// rawGROMaxDatagram mirrors the engine's limit for receive offload.
+const rawGROMaxDatagram = 16 << 10
+
 // transportConfig is the transport of a raw receiver (sendOnly false) or
 // sender.
 func (c RawConfig) transportConfig(group netip.AddrPort, sendOnly bool) transport.Config {
@@ -301,6 +305,9 @@ func (c RawConfig) transportConfig(group netip.AddrPort, sendOnly bool) transpor
 		SendOnly: sendOnly, AllowNonLoopback: c.AllowNonLoopback, NoGSO: c.NoGSO}
 	if !sendOnly {
 		tc.RecvBuffer = c.RecvBuffer
+		// The engine's rule (engine.Config.NoGSO): receive offload with
+		// small datagrams, so that both read runs the same way.
+		tc.GRO = !c.NoGSO && c.DatagramSize <= rawGROMaxDatagram
 	}
 	return tc
 }

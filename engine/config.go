@@ -193,7 +193,9 @@ type Config struct {
 	// sent comes back through the interface itself. Default false:
 	// loopback on.
 	NoLoopback bool
-	// NoGSO turns UDP generic segmentation offload off. By default (where
+	// NoGSO turns UDP generic segmentation offload off, and with it the
+	// receive side's (UDP_GRO, used with MaxDatagram up to 16 KB: a run
+	// of another member's datagrams is read at once). By default (where
 	// the kernel has UDP_SEGMENT, Linux 4.18+) each write hands a run of
 	// consecutive bundles of one size, for one destination, to the kernel
 	// as one message: it goes through the send path (routing, netfilter, a

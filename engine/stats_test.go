@@ -70,7 +70,8 @@ func TestStatsRepairAndPeerLag(t *testing.T) {
 
 // TestSocketStatsShowGSO: Stats.Socket reports the transport's counters;
 // with small datagrams on loopback a sender's full bundles go out
-// segmented (GSO) unless Config.NoGSO, and are delivered all the same.
+// segmented (GSO) and the receiver reads them in runs (GRO) unless
+// Config.NoGSO, and are delivered all the same.
 func TestSocketStatsShowGSO(t *testing.T) {
 	const n = 5000
 	for _, noGSO := range []bool{false, true} {
@@ -101,6 +102,11 @@ func TestSocketStatsShowGSO(t *testing.T) {
 		} else {
 			require.True(t, st.GSO)
 			require.Positive(t, st.GSOSends, "%d messages of 64 B in 1472 B datagrams, no segmented send", n)
+			// The receiver reads those runs at once (UDP_GRO, MaxDatagram
+			// below 16 KB).
+			rs := ms[1].Stats().Socket
+			require.True(t, rs.GRO)
+			require.Positive(t, rs.GRORuns)
 		}
 	}
 }

@@ -67,9 +67,11 @@ type UDP struct {
 	gso        atomic.Bool
 	gsoSends   atomic.Uint64
 	gsoRefused atomic.Uint64
+	groRuns    atomic.Uint64
 
-	rd reader
-	wr writer
+	rd  reader
+	wr  writer
+	gro *groReader // nil unless Config.GRO took
 }
 
 // reader is the read side's preallocated state; only the reading goroutine
@@ -94,6 +96,7 @@ type reader struct {
 
 	boundPoll func(uintptr) bool
 	boundRecv func(uintptr) bool
+	boundGRO  func(uintptr) bool
 }
 
 // writer is the write side's preallocated state; only the writing goroutine
@@ -135,6 +138,7 @@ func Open(cfg Config) (*UDP, error) {
 	}
 	u.rd.boundPoll = u.pollRead
 	u.rd.boundRecv = u.recv
+	u.rd.boundGRO = u.recvGRO
 	u.wr.boundSend = u.send
 	u.rd.hdrs, u.rd.iovs, u.rd.names = newHeaders(cfg.BatchSize)
 	for i := range u.rd.hdrs {
@@ -252,6 +256,15 @@ func (u *UDP) open(ifi *net.Interface) error {
 		}
 		u.info.BufferForced, u.info.BufferCapped = u.info.BufferForced || forced, u.info.BufferCapped || capped
 		u.saLen = putSockaddr(&u.groupSA, u.group, uint32(u.ifindex))
+		if cfg.GRO {
+			var gerr error
+			_ = u.graw.Control(func(fd uintptr) {
+				gerr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1)
+			})
+			if gerr == nil { // an older kernel (< 5.0): read datagram by datagram
+				u.gro = newGROReader(groStage)
+			}
+		}
 	} else if u.group.Port() == 0 {
 		return fmt.Errorf("%w: Group %v: a SendOnly transport needs the group's port", ErrInvalidConfig, cfg.Group)
 	}
@@ -513,6 +526,11 @@ func (u *UDP) ReadBatch(bufs [][]byte, sizes []int, srcs []netip.AddrPort) (int,
 	if !u.startRead(bufs, sizes, srcs) {
 		return 0, nil
 	}
+	if u.gro.pending() {
+		// Datagrams already read: hand them out without waiting.
+		u.gro.drain(&u.rd, u)
+		return u.endRead(nil)
+	}
 	err := u.epraw.Read(u.rd.boundPoll)
 	return u.endRead(err)
 }
@@ -617,7 +635,7 @@ func (u *UDP) readGroupFirst() (unicastRead bool) {
 		u.readUnicastFirst()
 		return true
 	}
-	u.recvFrom(u.graw)
+	u.recvGroup()
 	return false
 }
 
@@ -625,8 +643,20 @@ func (u *UDP) readUnicastFirst() {
 	r := &u.rd
 	u.recvFrom(u.uraw)
 	if u.graw != nil && r.err == nil && r.n < r.max {
-		u.recvFrom(u.graw)
+		u.recvGroup()
 	}
+}
+
+// recvGroup reads the group socket into the free slots: with GRO through
+// the staging buffers (recvGRO), otherwise straight into them.
+func (u *UDP) recvGroup() {
+	if u.gro != nil {
+		if err := u.graw.Read(u.rd.boundGRO); err != nil && u.rd.err == nil {
+			u.rd.err = err
+		}
+		return
+	}
+	u.recvFrom(u.graw)
 }
 
 func (u *UDP) recvFrom(raw syscall.RawConn) {
@@ -663,6 +693,128 @@ func (u *UDP) recv(fd uintptr) bool {
 			}
 		}
 		r.n += int(n)
+		return true
+	}
+}
+
+// groReader reads the group socket with UDP_GRO on: the kernel hands a
+// run of datagrams that travelled as one segmented send (GSO) to the
+// socket as one, which recvmmsg returns whole, with a UDP_GRO control
+// message giving the datagrams' length. The run is read into a staging
+// buffer of the largest UDP payload and copied out datagram by datagram
+// into the caller's slots (one copy of a datagram in user space, against a
+// socket enqueue, a wake-up and a dequeue per datagram in the kernel). What
+// does not fit the caller's slots stays staged for the next call.
+type groReader struct {
+	stage [][]byte
+	hdrs  []unix.Mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrInet6
+	ctrl  []byte // one control buffer of groCmsgSpace a header
+	// Staged runs next..count-1 are still to hand out; off is where the
+	// next datagram of run next starts.
+	count, next, off int
+}
+
+// groStage is how many runs one recvmmsg stages (each up to 64 KB).
+const groStage = 4
+
+// groCmsgSpace is the room of one UDP_GRO control message (an int).
+var groCmsgSpace = unix.CmsgSpace(4)
+
+func newGROReader(n int) *groReader {
+	g := &groReader{stage: make([][]byte, n), ctrl: make([]byte, n*groCmsgSpace)}
+	g.hdrs, g.iovs, g.names = newHeaders(n)
+	for i := range g.stage {
+		g.stage[i] = make([]byte, 1<<16)
+		g.iovs[i].Base = &g.stage[i][0]
+		g.iovs[i].SetLen(len(g.stage[i]))
+		g.hdrs[i].Hdr.Namelen = unix.SizeofSockaddrInet6
+		g.hdrs[i].Hdr.Control = &g.ctrl[i*groCmsgSpace]
+		g.hdrs[i].Hdr.SetControllen(groCmsgSpace)
+	}
+	return g
+}
+
+// pending reports whether staged datagrams wait to be handed out.
+func (g *groReader) pending() bool { return g != nil && g.next < g.count }
+
+// segSize is the datagram length of staged run i: the UDP_GRO control
+// message's, or the run's whole length when it is a single datagram.
+func (g *groReader) segSize(i int) int {
+	h := &g.hdrs[i]
+	n := int(h.Len)
+	if int(h.Hdr.Controllen) >= unix.CmsgLen(4) {
+		c := (*unix.Cmsghdr)(unsafe.Pointer(&g.ctrl[i*groCmsgSpace]))
+		if c.Level == unix.SOL_UDP && c.Type == unix.UDP_GRO {
+			if s := int(*(*int32)(unsafe.Pointer(&g.ctrl[i*groCmsgSpace+unix.CmsgLen(0)]))); s > 0 && s < n {
+				return s
+			}
+		}
+	}
+	return max(n, 1)
+}
+
+// drain copies staged datagrams into the caller's free slots.
+func (g *groReader) drain(r *reader, u *UDP) {
+	for r.n < r.max && g.next < g.count {
+		i := g.next
+		total := int(g.hdrs[i].Len)
+		seg := min(g.segSize(i), total-g.off)
+		dst := r.bufs[r.n]
+		k := copy(dst, g.stage[i][g.off:g.off+seg])
+		if k < seg {
+			u.truncated.Add(1)
+		}
+		r.sizes[r.n] = k
+		if r.n < len(r.srcs) {
+			r.srcs[r.n] = sockaddrAddrPort(&g.names[i], u.cfg.Interface, u.ifindex)
+		}
+		r.n++
+		if g.off += seg; g.off >= total {
+			g.next, g.off = g.next+1, 0
+		}
+	}
+}
+
+// recvGRO is recv for the group socket with GRO: hand out what is staged,
+// then, while slots are free, stage more with one non-blocking recvmmsg
+// and hand that out. It always ends the RawConn.Read.
+func (u *UDP) recvGRO(fd uintptr) bool {
+	r, g := &u.rd, u.gro
+	g.drain(r, u)
+	if r.n >= r.max {
+		return true
+	}
+	for i := range g.count {
+		h := &g.hdrs[i]
+		h.Hdr.Namelen = unix.SizeofSockaddrInet6
+		h.Hdr.SetControllen(groCmsgSpace)
+		h.Hdr.Flags = 0
+	}
+	g.count, g.next, g.off = 0, 0, 0
+	for {
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&g.hdrs[0])), uintptr(len(g.hdrs)), unix.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case 0:
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return true
+		default:
+			r.err = os.NewSyscallError("recvmmsg", e)
+			return true
+		}
+		for i := range int(n) {
+			if g.hdrs[i].Hdr.Flags&unix.MSG_TRUNC != 0 {
+				u.truncated.Add(1)
+			}
+			if g.segSize(i) < int(g.hdrs[i].Len) {
+				u.groRuns.Add(1)
+			}
+		}
+		g.count = int(n)
+		g.drain(r, u)
 		return true
 	}
 }
@@ -920,7 +1072,8 @@ func (u *UDP) Info() Info { return u.info }
 // Stats returns the transport's counters; safe from any goroutine.
 func (u *UDP) Stats() Stats {
 	return Stats{Truncated: u.truncated.Load(), SendWaits: u.sendWaits.Load(),
-		GSOSends: u.gsoSends.Load(), GSORefused: u.gsoRefused.Load(), GSO: u.gso.Load()}
+		GSOSends: u.gsoSends.Load(), GSORefused: u.gsoRefused.Load(), GSO: u.gso.Load(),
+		GRO: u.gro != nil, GRORuns: u.groRuns.Load()}
 }
 
 // Close implements Transport. The epoll set is closed first, which wakes a

@@ -714,3 +714,110 @@ func boolByte(b bool) byte {
 	}
 	return 0
 }
+
+// TestGROSplitsRuns: a receiver with GRO reads a segmented send (a run of
+// equal datagrams and a shorter last one) at once and hands the datagrams
+// out one by one, in order, with their lengths, also when its batch has
+// fewer slots than the run (the rest wait for the next call, which then
+// does not block); datagrams sent one by one come through as before.
+func TestGROSplitsRuns(t *testing.T) {
+	a := open(t, transport.Config{Group: group(40), BatchSize: 64})
+	b := open(t, transport.Config{Group: a.Group(), BatchSize: 64, GRO: true})
+	var bufs [][]byte
+	for i := range 20 {
+		size := 1000
+		if i == 19 {
+			size = 300 // a shorter last datagram ends the run
+		}
+		p := make([]byte, size)
+		binary.LittleEndian.PutUint64(p, uint64(i))
+		for j := 8; j < size; j++ {
+			p[j] = byte(i * j)
+		}
+		bufs = append(bufs, p)
+	}
+	n, err := a.WriteBatch(bufs, nil)
+	require.NoError(t, err)
+	require.Equal(t, len(bufs), n)
+	require.Equal(t, uint64(1), a.Stats().GSOSends)
+	// One by one too: a single datagram, then a run of two of another size.
+	_, err = a.WriteBatch([][]byte{numbered(100, 1, 50)[0]}, nil)
+	require.NoError(t, err)
+	_, err = a.WriteBatch(numbered(101, 2, 700), nil)
+	require.NoError(t, err)
+
+	// Read with 3 slots at a time: 23 datagrams over 8 calls.
+	require.NoError(t, b.SetReadDeadline(time.Now().Add(10*time.Second)))
+	rb := newBatch(3, 2048)
+	var got [][]byte
+	for len(got) < 23 {
+		k, err := b.ReadBatch(rb.bufs, rb.sizes, rb.srcs)
+		require.NoError(t, err)
+		for i := range k {
+			got = append(got, append([]byte(nil), rb.bufs[i][:rb.sizes[i]]...))
+			require.Equal(t, a.LocalAddr(), rb.srcs[i])
+		}
+	}
+	require.Equal(t, bufs, got[:20])
+	require.Equal(t, numbered(100, 1, 50)[0], got[20])
+	require.Equal(t, numbered(101, 2, 700), got[21:])
+	st := b.Stats()
+	require.Zero(t, st.Truncated)
+	require.True(t, st.GRO)
+	require.Equal(t, uint64(2), st.GRORuns, "the runs of 20 and of 2 were each read at once")
+	// Nothing left: a non-blocking read finds nothing.
+	k, err := b.TryReadBatch(rb.bufs, rb.sizes, rb.srcs)
+	require.NoError(t, err)
+	require.Zero(t, k)
+}
+
+// TestGROTruncatesIntoSmallBuffers: a datagram of a run longer than the
+// caller's slot is cut to it and counted, as a plain read would.
+func TestGROTruncatesIntoSmallBuffers(t *testing.T) {
+	a := open(t, transport.Config{Group: group(41), BatchSize: 64})
+	b := open(t, transport.Config{Group: a.Group(), BatchSize: 64, GRO: true})
+	_, err := a.WriteBatch(numbered(0, 4, 1000), nil)
+	require.NoError(t, err)
+	require.NoError(t, b.SetReadDeadline(time.Now().Add(10*time.Second)))
+	rb := newBatch(8, 600)
+	got := 0
+	for got < 4 {
+		k, err := b.ReadBatch(rb.bufs, rb.sizes, rb.srcs)
+		require.NoError(t, err)
+		for i := range k {
+			require.Equal(t, 600, rb.sizes[i])
+			require.Equal(t, uint64(got), binary.LittleEndian.Uint64(rb.bufs[i]))
+			got++
+		}
+	}
+	require.Equal(t, uint64(4), b.Stats().Truncated)
+}
+
+// TestZeroAllocsGSOAndGRO: a segmented send read back through GRO's
+// staging allocates nothing either.
+func TestZeroAllocsGSOAndGRO(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	a := open(t, transport.Config{Group: group(42), BatchSize: 64})
+	b := open(t, transport.Config{Group: a.Group(), BatchSize: 64, GRO: true})
+	const k = 16
+	out := numbered(0, k, 1000)
+	in := newBatch(5, 2048)
+	roundTrip := func() {
+		if n, err := a.WriteBatch(out, nil); err != nil || n != k {
+			t.Fatalf("WriteBatch: %d, %v", n, err)
+		}
+		for got := 0; got < k; {
+			n, err := b.ReadBatch(in.bufs, in.sizes, in.srcs)
+			if err != nil {
+				t.Fatalf("ReadBatch: %v", err)
+			}
+			got += n
+		}
+	}
+	roundTrip() // warm up
+	allocs := testing.AllocsPerRun(200, roundTrip)
+	require.Zero(t, allocs, "allocations per segmented WriteBatch and GRO reads")
+	require.Positive(t, b.Stats().GRORuns)
+}
