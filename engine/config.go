@@ -130,7 +130,8 @@ const (
 	DefaultPoolBytes        = 256 << 20
 	DefaultInFlightBytes    = 6 << 20
 	// DefaultInFlightBytesSmall is InFlightBytes' default with datagrams
-	// of 16 KB or less (see InFlightBytes).
+	// of 16 KB or less and the segmentation offloads on (see
+	// InFlightBytes).
 	DefaultInFlightBytesSmall = 2 << 20
 )
 
@@ -364,13 +365,15 @@ type Config struct {
 	// messages in repairs on lossless loopback, 6 MiB 0-0.002% at the
 	// same rate (EngineLoopback/1024B/block, 3 alternating runs); 4 MiB
 	// none either, but a lossy group ran slower). With datagrams of 16 KB
-	// or less (a veth or NIC MTU) the default is 2 MiB: there the
-	// segmentation offloads let a sender outrun a receiver's socket, whose
-	// buffer the kernel charges more overhead per byte, and a burst it
-	// drops comes back as a burst of repairs that overflows it again (5%
-	// loss, 1 KiB messages, veth MTU 1500: 1.0M repairs of 1.1M messages
-	// sent at 6 MiB, 0.1M at 2 MiB, and 1.5x the rate; lossless about the
-	// same either way). -1: no limit but Window.
+	// or less (a veth or NIC MTU) and the offloads on (NoGSO false) the
+	// default is 2 MiB: there they let a sender outrun a receiver's
+	// socket, whose buffer the kernel charges more overhead per byte, and
+	// a burst it drops comes back as a burst of repairs that overflows it
+	// again (5% loss, 1 KiB messages, veth MTU 1500: 1.0M repairs of 1.1M
+	// messages sent at 6 MiB, 0.1M at 2 MiB, and 1.5x the rate; lossless
+	// about the same either way; without the offloads a sender is too slow
+	// to overflow it, and 2 MiB cost 64 B messages some 10%). -1: no limit
+	// but Window.
 	InFlightBytes int
 
 	// LossRate drops this fraction of received datagrams before the
@@ -625,7 +628,7 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("Idle %v: want IdleBlock, IdleYield or IdleSpin", c.Idle)
 	}
 	switch {
-	case c.InFlightBytes == 0 && c.MaxDatagram <= groMaxDatagram:
+	case c.InFlightBytes == 0 && c.MaxDatagram <= groMaxDatagram && !c.NoGSO:
 		c.InFlightBytes = DefaultInFlightBytesSmall
 	case c.InFlightBytes == 0:
 		c.InFlightBytes = DefaultInFlightBytes
