@@ -75,6 +75,12 @@ func New(m *engine.Member, constLabels prometheus.Labels) *Collector {
 	counter("membership_datagrams_received_total", "Membership (gms) datagrams received.", func(s *engine.Stats) uint64 { return s.MembershipIn })
 	gauge("view_members", "Members of the installed view (0 while not in one).", func(s *engine.Stats) float64 { return float64(len(s.Members)) })
 	gauge("view_counter", "Counter of the installed view's id (it grows with every view change of the coordinator).", func(s *engine.Stats) float64 { return float64(s.View.Counter) })
+	counter("socket_truncated_total", "Datagrams longer than the buffer they were read into.", func(s *engine.Stats) uint64 { return s.Socket.Truncated })
+	counter("socket_send_waits_total", "Writes that found the send buffer full and waited.", func(s *engine.Stats) uint64 { return s.Socket.SendWaits })
+	counter("gso_sends_total", "Segmented sends (GSO): runs of datagrams handed to the kernel as one.", func(s *engine.Stats) uint64 { return s.Socket.GSOSends })
+	counter("gro_runs_total", "Runs of datagrams read at once (GRO).", func(s *engine.Stats) uint64 { return s.Socket.GRORuns })
+	gauge("gso_enabled", "1 while writes use UDP segmentation offload (Config.NoGSO, or the kernel refused it).", func(s *engine.Stats) float64 { return b2f(s.Socket.GSO) })
+	gauge("gro_enabled", "1 while the group socket reads with UDP_GRO.", func(s *engine.Stats) float64 { return b2f(s.Socket.GRO) })
 	gauge("repair_latency_max_seconds", "Longest repair episode (gap detected to filled) of the current incarnation.", func(s *engine.Stats) float64 { return s.Repair.Max.Seconds() })
 	c.drops = prometheus.NewDesc("nakcast_drops_total", "Dropped datagrams or messages by reason.", []string{"reason"}, l)
 	c.window = prometheus.NewDesc("nakcast_sender_window_seqno", "Per-sender window: low (stable), delivered, received.", []string{"sender", "point"}, l)
@@ -140,4 +146,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.lagAge, prometheus.GaugeValue, p.Age.Seconds(), id)
 		}
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

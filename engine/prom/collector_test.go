@@ -45,6 +45,12 @@ func TestCollector(t *testing.T) {
 		require.Contains(t, byName, "nakcast_unsuspicions_total")
 		require.Equal(t, float64(len(m.Stats().Members)), gauges["nakcast_view_members"])
 		require.Contains(t, gauges, "nakcast_view_counter")
+		// Loopback's 64 KB datagrams: GSO is on, GRO is not (MaxDatagram
+		// above 16 KB).
+		require.Equal(t, 1.0, gauges["nakcast_gso_enabled"])
+		require.Equal(t, 0.0, gauges["nakcast_gro_enabled"])
+		require.Contains(t, byName, "nakcast_gso_sends_total")
+		require.Contains(t, byName, "nakcast_socket_send_waits_total")
 		if byName["nakcast_messages_sent_total"] == 10 && byName["nakcast_messages_delivered_total"] == 10 {
 			break
 		}
