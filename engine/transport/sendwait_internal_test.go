@@ -111,3 +111,49 @@ func TestCloseEndsSendWait(t *testing.T) {
 	require.NoError(t, u.Close())
 	require.ErrorIs(t, <-done, ErrClosed)
 }
+
+// TestGSORefusedFallsBack: when the kernel refuses a segmented send (here
+// EINVAL: the socket sends without UDP checksums, SO_NO_CHECK, which GSO
+// needs), the transport sends the run again datagram by datagram, turns
+// GSO off for good and counts it; nothing is lost or reported as an error.
+func TestGSORefusedFallsBack(t *testing.T) {
+	a, err := Open(Config{Group: netip.MustParseAddrPort("239.77.9.2:0"), BatchSize: 16})
+	require.NoError(t, err)
+	defer a.Close()
+	b, err := Open(Config{Group: a.Group(), BatchSize: 16})
+	require.NoError(t, err)
+	defer b.Close()
+	require.True(t, a.Stats().GSO)
+	var serr error
+	require.NoError(t, a.uraw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_NO_CHECK, 1)
+	}))
+	require.NoError(t, serr)
+	out := make([][]byte, 6)
+	for i := range out {
+		out[i] = make([]byte, 500)
+		out[i][0] = byte(i)
+	}
+	n, err := a.WriteBatch(out, nil)
+	require.NoError(t, err)
+	require.Equal(t, len(out), n)
+	st := a.Stats()
+	require.False(t, st.GSO)
+	require.Equal(t, uint64(1), st.GSORefused)
+	require.Zero(t, st.GSOSends)
+
+	require.NoError(t, b.SetReadDeadline(time.Now().Add(10*time.Second)))
+	bufs, sizes := make([][]byte, 8), make([]int, 8)
+	for i := range bufs {
+		bufs[i] = make([]byte, 1000)
+	}
+	for got := 0; got < len(out); {
+		k, err := b.ReadBatch(bufs, sizes, nil)
+		require.NoError(t, err)
+		for i := range k {
+			require.Equal(t, 500, sizes[i])
+			require.Equal(t, byte(got), bufs[i][0])
+			got++
+		}
+	}
+}
