@@ -670,30 +670,42 @@ func (u *UDP) recvFrom(raw syscall.RawConn) {
 func (u *UDP) recv(fd uintptr) bool {
 	r := &u.rd
 	off := r.n
+	n, err := recvmmsg(fd, r.hdrs[off:r.max])
+	if err != nil {
+		r.err = err
+		return true
+	}
+	for i := off; i < off+n; i++ {
+		h := &r.hdrs[i]
+		r.sizes[i] = int(h.Len)
+		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			u.truncated.Add(1)
+		}
+		if i < len(r.srcs) {
+			r.srcs[i] = sockaddrAddrPort(&r.names[i], u.cfg.Interface, u.ifindex)
+		}
+	}
+	r.n += n
+	return true
+}
+
+// recvmmsg is one non-blocking recvmmsg into hdrs, retried on EINTR: how
+// many it filled (0: the socket was empty), or the error.
+func recvmmsg(fd uintptr, hdrs []unix.Mmsghdr) (int, error) {
+	if len(hdrs) == 0 {
+		return 0, nil
+	}
 	for {
-		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[off])), uintptr(r.max-off), unix.MSG_DONTWAIT, 0, 0)
+		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), unix.MSG_DONTWAIT, 0, 0)
 		switch e {
 		case 0:
+			return int(n), nil
 		case unix.EINTR:
-			continue
 		case unix.EAGAIN:
-			return true
+			return 0, nil
 		default:
-			r.err = os.NewSyscallError("recvmmsg", e)
-			return true
+			return 0, os.NewSyscallError("recvmmsg", e)
 		}
-		for i := off; i < off+int(n); i++ {
-			h := &r.hdrs[i]
-			r.sizes[i] = int(h.Len)
-			if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
-				u.truncated.Add(1)
-			}
-			if i < len(r.srcs) {
-				r.srcs[i] = sockaddrAddrPort(&r.names[i], u.cfg.Interface, u.ifindex)
-			}
-		}
-		r.n += int(n)
-		return true
 	}
 }
 
@@ -793,30 +805,22 @@ func (u *UDP) recvGRO(fd uintptr) bool {
 		h.Hdr.Flags = 0
 	}
 	g.count, g.next, g.off = 0, 0, 0
-	for {
-		n, _, e := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&g.hdrs[0])), uintptr(len(g.hdrs)), unix.MSG_DONTWAIT, 0, 0)
-		switch e {
-		case 0:
-		case unix.EINTR:
-			continue
-		case unix.EAGAIN:
-			return true
-		default:
-			r.err = os.NewSyscallError("recvmmsg", e)
-			return true
-		}
-		for i := range int(n) {
-			if g.hdrs[i].Hdr.Flags&unix.MSG_TRUNC != 0 {
-				u.truncated.Add(1)
-			}
-			if g.segSize(i) < int(g.hdrs[i].Len) {
-				u.groRuns.Add(1)
-			}
-		}
-		g.count = int(n)
-		g.drain(r, u)
+	n, err := recvmmsg(fd, g.hdrs)
+	if err != nil {
+		r.err = err
 		return true
 	}
+	for i := range n {
+		if g.hdrs[i].Hdr.Flags&unix.MSG_TRUNC != 0 {
+			u.truncated.Add(1)
+		}
+		if g.segSize(i) < int(g.hdrs[i].Len) {
+			u.groRuns.Add(1)
+		}
+	}
+	g.count = n
+	g.drain(r, u)
+	return true
 }
 
 // WriteBatch implements Transport.
