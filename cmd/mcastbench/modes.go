@@ -241,6 +241,10 @@ func runThroughput(ctx context.Context, args []string, stdout, stderr io.Writer)
 			datagram = 1472
 		}
 	}
+	path := "loopback"
+	if ef.noGSO {
+		path += " nogso"
+	}
 	var rows []bench.Row
 	if !*noRaw && ef.members > 1 {
 		rc := bench.RawConfig{Interface: ef.iface, MsgSize: ef.size, DatagramSize: datagram, Duration: ef.duration, Count: ef.count,
@@ -250,12 +254,12 @@ func runThroughput(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err != nil {
 			return fmt.Errorf("raw baseline: %w", err)
 		}
-		rows = append(rows, bench.RawRow("loopback", rc, raw))
+		rows = append(rows, bench.RawRow(path, rc, raw))
 	}
 	rs, err := runGroup(ctx, cfg, ef.loss, "nakcast", out.stats, stderr)
 	progressDone(stderr)
 	if len(rs) > 0 && rs[0].Schema != "" {
-		rows = append(rows, bench.GroupRow("loopback", caseName(ef.loss), rs, datagram))
+		rows = append(rows, bench.GroupRow(path, caseName(ef.loss), rs, datagram))
 	}
 	bench.SetRatios(rows)
 	if werr := bench.WriteTable(stdout, rows); werr != nil {

@@ -53,6 +53,9 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		datagram = *mtu - 28
 	}
 	path := fmt.Sprintf("netns mtu %d", *mtu)
+	if ef.noGSO {
+		path += " nogso" // as in make bench-results
+	}
 	progressLine := func(s string) { fmt.Fprintf(stderr, "netns: %s\n", s) }
 	progressLine(fmt.Sprintf("creating %d namespaces %s* (bridge, veth MTU %d)", ef.members, bench.NetnsPrefix(), *mtu))
 	ns, err := bench.SetupNetns(ctx, ef.members, *mtu)
