@@ -166,8 +166,8 @@ func (p *Pool) Get(size int) *Buffer {
 	if b != nil {
 		p.idle.Add(-sz)
 	} else {
-		p.allocs.Add(1)
 		b = &Buffer{B: make([]byte, c.size), pool: p, class: int32(ci)}
+		p.allocs.Add(1) // after the allocation: a reader that sees it counted sees it made
 	}
 	b.N = 0
 	b.refs.Store(1)
