@@ -164,8 +164,9 @@ type Stats struct {
 	Pool       wire.PoolStats
 	Transport  transport.Info
 	// Socket is the transport's counters: truncated reads, waits for a
-	// full send buffer, and whether writes use UDP segmentation offload
-	// (Config.NoGSO) with how many segmented sends.
+	// full send buffer, and whether the segmentation offloads are in use
+	// (Config.NoGSO) with how many segmented sends (GSO) and runs read at
+	// once (GRO).
 	Socket transport.Stats
 }
 
