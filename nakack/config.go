@@ -222,7 +222,7 @@ func (c *Config) setDefaults() error {
 		return bad("HighestInterval/HighestMaxInterval", "need 0 < interval <= max")
 	}
 	fragPayload := wire.MaxFragPayload(c.MaxDatagram)
-	if c.MaxMessage < 1 || c.MaxMessage > 1<<31 {
+	if c.MaxMessage < 1 || int64(c.MaxMessage) > 1<<31 {
 		return bad("MaxMessage", "%d not in [1, 2^31]", c.MaxMessage)
 	}
 	if nfrag := (c.MaxMessage + fragPayload - 1) / fragPayload; nfrag > c.SendWindow {
