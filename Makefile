@@ -1,6 +1,6 @@
 # nakcast: build, test, benchmark, fuzz.
 #
-#   make test    gofmt + vet + short benchmarks + namespace tests + race pass (reduced
+#   make test    gofmt + vet + cross builds + short benchmarks + namespace tests + race pass (reduced
 #                counts) + full pass
 #   make bench   the main job: mcastbench on loopback defaults
 #                (go run ./cmd/mcastbench)
@@ -10,18 +10,24 @@ PKGS      ?= ./...
 FUZZTIME  ?= 15s
 BENCHTIME ?= 1s
 
-.PHONY: all build test fmt-check vet race unit bench-smoke netns-test bench fuzz generate sim-long clean
+.PHONY: all build test fmt-check vet cross race unit bench-smoke netns-test bench fuzz generate sim-long clean
 
 all: build
 
 build:
 	$(GO) build $(PKGS)
 
-test: fmt-check vet bench-smoke netns-test race unit
+test: fmt-check vet cross bench-smoke netns-test race unit
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+# The library builds beyond linux/amd64: a 32-bit platform (int is 32 bits)
+# and one without the Linux transport (udp_other.go).
+cross:
+	GOOS=linux GOARCH=386 $(GO) build $(PKGS)
+	GOOS=darwin GOARCH=arm64 $(GO) build $(PKGS)
 
 vet:
 	$(GO) vet $(PKGS)
