@@ -205,9 +205,7 @@ func (u *UDP) open(ifi *net.Interface) error {
 		// The kernel knows UDP_SEGMENT (4.18+) if it takes the socket
 		// option; 0 leaves every send unsegmented unless its own control
 		// message says otherwise.
-		_ = u.uraw.Control(func(fd uintptr) {
-			u.gso.Store(unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_SEGMENT, 0) == nil)
-		})
+		u.gso.Store(setsockopt(u.uraw, unix.SOL_UDP, unix.UDP_SEGMENT, 0, "UDP_SEGMENT") == nil)
 	}
 	var forced, capped bool
 	u.info.UnicastRecvBuffer, forced, capped, err = setBuffer(u.uraw, unix.SO_RCVBUF, unix.SO_RCVBUFFORCE, cfg.RecvBuffer)
@@ -256,14 +254,9 @@ func (u *UDP) open(ifi *net.Interface) error {
 		}
 		u.info.BufferForced, u.info.BufferCapped = u.info.BufferForced || forced, u.info.BufferCapped || capped
 		u.saLen = putSockaddr(&u.groupSA, u.group, uint32(u.ifindex))
-		if cfg.GRO {
-			var gerr error
-			_ = u.graw.Control(func(fd uintptr) {
-				gerr = unix.SetsockoptInt(int(fd), unix.SOL_UDP, unix.UDP_GRO, 1)
-			})
-			if gerr == nil { // an older kernel (< 5.0): read datagram by datagram
-				u.gro = newGROReader(groStage)
-			}
+		// An older kernel (< 5.0) refuses UDP_GRO: read datagram by datagram.
+		if cfg.GRO && setsockopt(u.graw, unix.SOL_UDP, unix.UDP_GRO, 1, "UDP_GRO") == nil {
+			u.gro = newGROReader(groStage)
 		}
 	} else if u.group.Port() == 0 {
 		return fmt.Errorf("%w: Group %v: a SendOnly transport needs the group's port", ErrInvalidConfig, cfg.Group)
@@ -350,6 +343,26 @@ func newUDPSocket(family int, sa *unix.RawSockaddrInet6, salen uint32, group boo
 	return os.NewFile(uintptr(fd), "udp"), nil
 }
 
+// onSocket runs f on raw's descriptor (RawConn.Control) and returns the
+// first of Control's error and f's.
+func onSocket(raw syscall.RawConn, f func(s int) error) error {
+	var ferr error
+	if err := raw.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// setsockopt is unix.SetsockoptInt on raw, its error naming the option.
+func setsockopt(raw syscall.RawConn, level, opt, v int, name string) error {
+	return onSocket(raw, func(s int) error {
+		if err := unix.SetsockoptInt(s, level, opt, v); err != nil {
+			return os.NewSyscallError("setsockopt "+name, err)
+		}
+		return nil
+	})
+}
+
 // setMulticastOptions sets the sending socket's multicast interface, TTL
 // (hop limit) and loopback.
 func setMulticastOptions(raw syscall.RawConn, v6 bool, ifindex, ttl int, loop bool) error {
@@ -357,54 +370,43 @@ func setMulticastOptions(raw syscall.RawConn, v6 bool, ifindex, ttl int, loop bo
 	if loop {
 		l = 1
 	}
-	var serr error
-	err := raw.Control(func(fd uintptr) {
-		s := int(fd)
-		if v6 {
-			if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF, ifindex); err != nil {
-				serr = os.NewSyscallError("setsockopt IPV6_MULTICAST_IF", err)
-			} else if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_HOPS, ttl); err != nil {
-				serr = os.NewSyscallError("setsockopt IPV6_MULTICAST_HOPS", err)
-			} else if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_LOOP, l); err != nil {
-				serr = os.NewSyscallError("setsockopt IPV6_MULTICAST_LOOP", err)
-			}
-			return
+	if v6 {
+		if err := setsockopt(raw, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_IF, ifindex, "IPV6_MULTICAST_IF"); err != nil {
+			return err
 		}
+		if err := setsockopt(raw, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_HOPS, ttl, "IPV6_MULTICAST_HOPS"); err != nil {
+			return err
+		}
+		return setsockopt(raw, unix.IPPROTO_IPV6, unix.IPV6_MULTICAST_LOOP, l, "IPV6_MULTICAST_LOOP")
+	}
+	if err := onSocket(raw, func(s int) error {
 		if err := unix.SetsockoptIPMreqn(s, unix.IPPROTO_IP, unix.IP_MULTICAST_IF, &unix.IPMreqn{Ifindex: int32(ifindex)}); err != nil {
-			serr = os.NewSyscallError("setsockopt IP_MULTICAST_IF", err)
-		} else if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MULTICAST_TTL, ttl); err != nil {
-			serr = os.NewSyscallError("setsockopt IP_MULTICAST_TTL", err)
-		} else if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MULTICAST_LOOP, l); err != nil {
-			serr = os.NewSyscallError("setsockopt IP_MULTICAST_LOOP", err)
+			return os.NewSyscallError("setsockopt IP_MULTICAST_IF", err)
 		}
-	})
-	if err != nil {
+		return nil
+	}); err != nil {
 		return err
 	}
-	return serr
+	if err := setsockopt(raw, unix.IPPROTO_IP, unix.IP_MULTICAST_TTL, ttl, "IP_MULTICAST_TTL"); err != nil {
+		return err
+	}
+	return setsockopt(raw, unix.IPPROTO_IP, unix.IP_MULTICAST_LOOP, l, "IP_MULTICAST_LOOP")
 }
 
 // joinGroup joins the group socket to group on interface ifindex.
 func joinGroup(raw syscall.RawConn, group netip.Addr, ifindex int) error {
-	var serr error
-	err := raw.Control(func(fd uintptr) {
-		s := int(fd)
+	return onSocket(raw, func(s int) error {
 		if group.Is4() {
-			serr = unix.SetsockoptIPMreqn(s, unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP, &unix.IPMreqn{Multiaddr: group.As4(), Ifindex: int32(ifindex)})
-			if serr != nil {
-				serr = os.NewSyscallError("setsockopt IP_ADD_MEMBERSHIP", serr)
+			if err := unix.SetsockoptIPMreqn(s, unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP, &unix.IPMreqn{Multiaddr: group.As4(), Ifindex: int32(ifindex)}); err != nil {
+				return os.NewSyscallError("setsockopt IP_ADD_MEMBERSHIP", err)
 			}
-			return
+			return nil
 		}
-		serr = unix.SetsockoptIPv6Mreq(s, unix.IPPROTO_IPV6, unix.IPV6_JOIN_GROUP, &unix.IPv6Mreq{Multiaddr: group.As16(), Interface: uint32(ifindex)})
-		if serr != nil {
-			serr = os.NewSyscallError("setsockopt IPV6_JOIN_GROUP", serr)
+		if err := unix.SetsockoptIPv6Mreq(s, unix.IPPROTO_IPV6, unix.IPV6_JOIN_GROUP, &unix.IPv6Mreq{Multiaddr: group.As16(), Interface: uint32(ifindex)}); err != nil {
+			return os.NewSyscallError("setsockopt IPV6_JOIN_GROUP", err)
 		}
+		return nil
 	})
-	if err != nil {
-		return err
-	}
-	return serr
 }
 
 // multicastLoop reads IP_MULTICAST_LOOP (IPV6_MULTICAST_LOOP) back.
@@ -723,6 +725,10 @@ type groReader struct {
 	iovs  []unix.Iovec
 	names []unix.RawSockaddrInet6
 	ctrl  []byte // one control buffer of groCmsgSpace a header
+	// seg and src are each staged run's datagram length and source,
+	// worked out once when it is staged, not per datagram handed out.
+	seg []int
+	src []netip.AddrPort
 	// Staged runs next..count-1 are still to hand out; off is where the
 	// next datagram of run next starts.
 	count, next, off int
@@ -735,7 +741,8 @@ const groStage = 4
 var groCmsgSpace = unix.CmsgSpace(4)
 
 func newGROReader(n int) *groReader {
-	g := &groReader{stage: make([][]byte, n), ctrl: make([]byte, n*groCmsgSpace)}
+	g := &groReader{stage: make([][]byte, n), ctrl: make([]byte, n*groCmsgSpace),
+		seg: make([]int, n), src: make([]netip.AddrPort, n)}
 	g.hdrs, g.iovs, g.names = newHeaders(n)
 	for i := range g.stage {
 		g.stage[i] = make([]byte, 1<<16)
@@ -772,15 +779,14 @@ func (g *groReader) drain(r *reader, u *UDP) {
 	for r.n < r.max && g.next < g.count {
 		i := g.next
 		total := int(g.hdrs[i].Len)
-		seg := min(g.segSize(i), total-g.off)
-		dst := r.bufs[r.n]
-		k := copy(dst, g.stage[i][g.off:g.off+seg])
+		seg := min(g.seg[i], total-g.off)
+		k := copy(r.bufs[r.n], g.stage[i][g.off:g.off+seg])
 		if k < seg {
 			u.truncated.Add(1)
 		}
 		r.sizes[r.n] = k
 		if r.n < len(r.srcs) {
-			r.srcs[r.n] = sockaddrAddrPort(&g.names[i], u.cfg.Interface, u.ifindex)
+			r.srcs[r.n] = g.src[i]
 		}
 		r.n++
 		if g.off += seg; g.off >= total {
@@ -814,9 +820,11 @@ func (u *UDP) recvGRO(fd uintptr) bool {
 		if g.hdrs[i].Hdr.Flags&unix.MSG_TRUNC != 0 {
 			u.truncated.Add(1)
 		}
-		if g.segSize(i) < int(g.hdrs[i].Len) {
+		g.seg[i] = g.segSize(i)
+		if g.seg[i] < int(g.hdrs[i].Len) {
 			u.groRuns.Add(1)
 		}
+		g.src[i] = sockaddrAddrPort(&g.names[i], u.cfg.Interface, u.ifindex)
 	}
 	g.count = n
 	g.drain(r, u)
@@ -1032,15 +1040,10 @@ func (u *UDP) attachFilter(prog []bpf.RawInstruction) error {
 		filter[i] = unix.SockFilter{Code: ins.Op, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}
 	}
 	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	var serr error
-	err := u.graw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fprog)
-	})
-	if err == nil {
-		err = serr
-	}
-	if err != nil {
-		return fmt.Errorf("transport: SO_ATTACH_FILTER on the group socket: %w", os.NewSyscallError("setsockopt", err))
+	if err := onSocket(u.graw, func(s int) error {
+		return os.NewSyscallError("setsockopt", unix.SetsockoptSockFprog(s, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &fprog))
+	}); err != nil {
+		return fmt.Errorf("transport: SO_ATTACH_FILTER on the group socket: %w", err)
 	}
 	return nil
 }
