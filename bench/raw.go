@@ -295,9 +295,6 @@ func RunRaw(ctx context.Context, cfg RawConfig) (RawResult, error) {
 	return res, nil
 }
 
-// rawGROMaxDatagram mirrors the engine's limit for receive offload.
-const rawGROMaxDatagram = 16 << 10
-
 // transportConfig is the transport of a raw receiver (sendOnly false) or
 // sender.
 func (c RawConfig) transportConfig(group netip.AddrPort, sendOnly bool) transport.Config {
@@ -307,7 +304,7 @@ func (c RawConfig) transportConfig(group netip.AddrPort, sendOnly bool) transpor
 		tc.RecvBuffer = c.RecvBuffer
 		// The engine's rule (engine.Config.NoGSO): receive offload with
 		// small datagrams, so that both read runs the same way.
-		tc.GRO = !c.NoGSO && c.DatagramSize <= rawGROMaxDatagram
+		tc.GRO = !c.NoGSO && c.DatagramSize <= transport.GROMaxDatagram
 	}
 	return tc
 }

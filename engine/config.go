@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/engine/transport"
 )
 
 // IdleStrategy is what the agent does when it has no work: block in the
@@ -628,7 +629,7 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("Idle %v: want IdleBlock, IdleYield or IdleSpin", c.Idle)
 	}
 	switch {
-	case c.InFlightBytes == 0 && c.MaxDatagram <= groMaxDatagram && !c.NoGSO:
+	case c.InFlightBytes == 0 && c.MaxDatagram <= transport.GROMaxDatagram && !c.NoGSO:
 		c.InFlightBytes = DefaultInFlightBytesSmall
 	case c.InFlightBytes == 0:
 		c.InFlightBytes = DefaultInFlightBytes

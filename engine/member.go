@@ -112,7 +112,7 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 		AllowNonLoopback: cfg.AllowNonLoopback,
 		NoLoopback:       cfg.NoLoopback,
 		NoGSO:            cfg.NoGSO,
-		GRO:              !cfg.NoGSO && cfg.MaxDatagram <= groMaxDatagram,
+		GRO:              !cfg.NoGSO && cfg.MaxDatagram <= transport.GROMaxDatagram,
 		GroupFilter:      selfFilter(cfg.Self),
 	})
 	if err != nil {
@@ -522,12 +522,6 @@ var pastDeadline = time.Unix(1, 0)
 // wakeSender wakes the sender goroutine of ThreadingDedicated (producers'
 // wake-up when it is parked).
 func (m *Member) wakeSender() { m.ag.signalSender() }
-
-// groMaxDatagram is the largest MaxDatagram with which the group socket
-// reads with UDP_GRO (transport.Config.GRO): below it a run of datagrams
-// read at once and copied out costs less than the kernel's work per
-// datagram; with loopback's 64 KB datagrams there are no runs to gain.
-const groMaxDatagram = 16 << 10
 
 // coordStableInterval caps the coordinator's STABLE interval (see Open).
 const coordStableInterval = time.Millisecond

@@ -187,6 +187,13 @@ type Config struct {
 	AllowNonLoopback bool
 }
 
+// GROMaxDatagram is the largest datagram size with which Config.GRO pays:
+// below it a run read at once and copied out costs less than the kernel's
+// work per datagram; with 64 KB datagrams (loopback) there are no runs to
+// gain and the copy would only cost. The engine and the raw bundler turn
+// GRO on at or below it.
+const GROMaxDatagram = 16 << 10
+
 // Info describes an open transport, with the socket buffer sizes the kernel
 // reports back. Linux keeps and reports twice the size set (the extra is its
 // allowance for per-datagram bookkeeping), so asking 4 MiB reads back 8 MiB.
