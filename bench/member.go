@@ -446,11 +446,7 @@ func (h *memberHandler) Deliver(sender digest.Member, seq uint64, p []byte) {
 	}
 	if last {
 		st.progress.Store(r.Delivered)
-	}
-	if last && !st.complete.Swap(true) {
-		if h.pending.Add(-1) == 0 {
-			h.once.Do(func() { close(h.done) })
-		}
+		h.complete(st)
 	}
 }
 
@@ -470,10 +466,16 @@ func (h *memberHandler) recordSent(st *recvState, seq uint64, p []byte, last boo
 	if r.Delivered%timelineStep == 0 || last {
 		st.progress.Store(r.Delivered)
 	}
-	if last && !st.complete.Swap(true) {
-		if h.pending.Add(-1) == 0 {
-			h.once.Do(func() { close(h.done) })
-		}
+	if last {
+		h.complete(st)
+	}
+}
+
+// complete marks st's stream complete (its last message seen); the last
+// stream to complete ends the wait.
+func (h *memberHandler) complete(st *recvState) {
+	if !st.complete.Swap(true) && h.pending.Add(-1) == 0 {
+		h.once.Do(func() { close(h.done) })
 	}
 }
 
