@@ -268,3 +268,13 @@ func intList(s string) ([]int, error) {
 	}
 	return out, nil
 }
+
+// gsoPath is a table's path label: marked "nogso" when the engine and the
+// raw bundler ran without the segmentation offloads (-no-gso), so that
+// rows with and without them pair their ratios apart.
+func gsoPath(path string, noGSO bool) string {
+	if noGSO {
+		return path + " nogso"
+	}
+	return path
+}

@@ -241,10 +241,7 @@ func runThroughput(ctx context.Context, args []string, stdout, stderr io.Writer)
 			datagram = 1472
 		}
 	}
-	path := "loopback"
-	if ef.noGSO {
-		path += " nogso"
-	}
+	path := gsoPath("loopback", ef.noGSO)
 	var rows []bench.Row
 	if !*noRaw && ef.members > 1 {
 		rc := bench.RawConfig{Interface: ef.iface, MsgSize: ef.size, DatagramSize: datagram, Duration: ef.duration, Count: ef.count,

@@ -52,10 +52,7 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if datagram == 0 {
 		datagram = *mtu - 28
 	}
-	path := fmt.Sprintf("netns mtu %d", *mtu)
-	if ef.noGSO {
-		path += " nogso" // as in make bench-results
-	}
+	path := gsoPath(fmt.Sprintf("netns mtu %d", *mtu), ef.noGSO)
 	progressLine := func(s string) { fmt.Fprintf(stderr, "netns: %s\n", s) }
 	progressLine(fmt.Sprintf("creating %d namespaces %s* (bridge, veth MTU %d)", ef.members, bench.NetnsPrefix(), *mtu))
 	ns, err := bench.SetupNetns(ctx, ef.members, *mtu)

@@ -67,8 +67,8 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(&b, "sendmmsg/recvmmsg, every message parsed, no reliability) measured in the same run just before. Namespaces: one member\n")
 	fmt.Fprintf(&b, "process per network namespace on a bridge, veth MTU 1500 (1472 B datagrams) and 9000 (8972 B); their raw row is the\n")
 	fmt.Fprintf(&b, "same bundler as one process per namespace (`mcastbench raw-member`, member 0 sending) between the same namespaces,\n")
-	fmt.Fprintf(&b, "just before. Both use UDP segmentation offload (UDP_SEGMENT: a run of equal datagrams goes through the kernel's\n")
-	fmt.Fprintf(&b, "send path once and is cut apart on delivery; see engine.Config.NoGSO); the paths marked \"nogso\" run both without it,\n")
+	fmt.Fprintf(&b, "just before. Both use UDP segmentation offloads (UDP_SEGMENT: a run of equal datagrams goes through the kernel's\n")
+	fmt.Fprintf(&b, "send path once; UDP_GRO: the receiver reads it at once; see engine.Config.NoGSO); the paths marked \"nogso\" run both without them,\n")
 	fmt.Fprintf(&b, "a datagram at a time (the bundler as the engine issue defines it). Loss: injected at the receivers (nakcast); the raw\n")
 	fmt.Fprintf(&b, "rows' loss is what the kernel dropped.\n")
 	fmt.Fprintf(&b, "msgs/s and MB/s are the slowest receiver's; latency is send (timestamp in the payload) to delivery under full load,\n")
@@ -109,10 +109,9 @@ func netnsResults(ctx context.Context, exe string, mtu int, sizes []int, members
 		// it, a datagram at a time through sendmmsg; its rows' path says
 		// "nogso", which pairs the ratios.
 		for _, noGSO := range []bool{false, true} {
-			p := path
-			losses := []float64{0, 0.05}
+			p, losses := gsoPath(path, noGSO), []float64{0, 0.05}
 			if noGSO {
-				p, losses = path+" nogso", []float64{0}
+				losses = []float64{0}
 			}
 			if ctx.Err() != nil {
 				return rows, ctx.Err()
