@@ -94,22 +94,34 @@ type PoolStats struct {
 // for reuse are bounded by the same budget, so a pool holds at most twice its
 // budget. Safe for concurrent use; Get and Release do not allocate once the
 // free lists have warmed up.
+//
+// One mutex guards the free lists and the counters: a Get is a lock, an
+// unlock and the new buffer's count, a last Release the count, a lock and
+// an unlock. Atomic counters beside per-class locks took twice as many
+// locked instructions: BenchmarkPoolGetRelease (Get, Retain, two Releases)
+// went from 84 to 53 ns on these 2-core VMs, where an uncontended atomic
+// add costs about 6 ns; a small-message exchange pays it per datagram on
+// both sides. The pool's users are one member's agent goroutines, so the
+// single lock is seldom contended.
 type Pool struct {
 	classes     []sizeClass
 	maxDatagram int
 	budget      int64
 
-	outstanding atomic.Int64
-	idle        atomic.Int64
+	mu          sync.Mutex
+	outstanding int64 // size-class bytes held by callers
+	idle        int64 // size-class bytes in the free lists
 
-	gets, allocs, overBudget, oversize, releases, discards atomic.Uint64
+	gets, overBudget, oversize, releases, discards uint64
+
+	// allocs is counted outside the lock, after the allocation: a reader
+	// that sees it counted sees the allocation made.
+	allocs atomic.Uint64
 }
 
 type sizeClass struct {
 	size int
-	mu   sync.Mutex
 	free []*Buffer
-	_    [64]byte // keep classes' locks on separate cache lines
 }
 
 // NewPool returns a pool for datagrams of up to maxDatagram bytes (<= 0
@@ -141,7 +153,9 @@ func (p *Pool) MaxDatagram() int { return p.maxDatagram }
 // MaxDatagram or if handing it out would exceed the budget.
 func (p *Pool) Get(size int) *Buffer {
 	if size > p.maxDatagram {
-		p.oversize.Add(1)
+		p.mu.Lock()
+		p.oversize++
+		p.mu.Unlock()
 		return nil
 	}
 	ci := 0
@@ -150,28 +164,28 @@ func (p *Pool) Get(size int) *Buffer {
 	}
 	c := &p.classes[ci]
 	sz := int64(c.size)
-	if out := p.outstanding.Add(sz); p.budget > 0 && out > p.budget {
-		p.outstanding.Add(-sz)
-		p.overBudget.Add(1)
+	p.mu.Lock()
+	if p.budget > 0 && p.outstanding+sz > p.budget {
+		p.overBudget++
+		p.mu.Unlock()
 		return nil
 	}
-	c.mu.Lock()
+	p.outstanding += sz
+	p.gets++
 	var b *Buffer
 	if n := len(c.free); n > 0 {
 		b = c.free[n-1]
 		c.free[n-1] = nil
 		c.free = c.free[:n-1]
+		p.idle -= sz
 	}
-	c.mu.Unlock()
-	if b != nil {
-		p.idle.Add(-sz)
-	} else {
+	p.mu.Unlock()
+	if b == nil {
 		b = &Buffer{B: make([]byte, c.size), pool: p, class: int32(ci)}
-		p.allocs.Add(1) // after the allocation: a reader that sees it counted sees it made
+		p.allocs.Add(1)
 	}
 	b.N = 0
 	b.refs.Store(1)
-	p.gets.Add(1)
 	return b
 }
 
@@ -179,35 +193,33 @@ func (p *Pool) Get(size int) *Buffer {
 func (p *Pool) put(b *Buffer) {
 	c := &p.classes[b.class]
 	sz := int64(c.size)
-	p.outstanding.Add(-sz)
-	p.releases.Add(1)
-	if p.budget > 0 && p.idle.Add(sz) > p.budget {
-		p.idle.Add(-sz)
-		p.discards.Add(1)
-		return
-	} else if p.budget == 0 {
-		p.idle.Add(sz)
+	p.mu.Lock()
+	p.outstanding -= sz
+	p.releases++
+	if p.budget > 0 && p.idle+sz > p.budget {
+		p.discards++
+	} else {
+		p.idle += sz
+		c.free = append(c.free, b)
 	}
-	c.mu.Lock()
-	c.free = append(c.free, b)
-	c.mu.Unlock()
+	p.mu.Unlock()
 }
 
-// Stats returns a snapshot of the counters (each read atomically, not all
-// at one instant).
+// Stats returns a snapshot of the counters.
 func (p *Pool) Stats() PoolStats {
-	releases := p.releases.Load() // before gets: never more releases than gets
-	gets := p.gets.Load()
+	allocs := p.allocs.Load() // before gets: never more allocations than gets
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	return PoolStats{
-		Gets:               gets,
-		Allocs:             p.allocs.Load(),
-		OverBudget:         p.overBudget.Load(),
-		Oversize:           p.oversize.Load(),
-		Releases:           releases,
-		Discards:           p.discards.Load(),
-		Outstanding:        p.outstanding.Load(),
-		OutstandingBuffers: int64(gets - releases),
-		Idle:               p.idle.Load(),
+		Gets:               p.gets,
+		Allocs:             allocs,
+		OverBudget:         p.overBudget,
+		Oversize:           p.oversize,
+		Releases:           p.releases,
+		Discards:           p.discards,
+		Outstanding:        p.outstanding,
+		OutstandingBuffers: int64(p.gets - p.releases),
+		Idle:               p.idle,
 		Budget:             p.budget,
 	}
 }
