@@ -1,6 +1,7 @@
 package nakack
 
 import (
+	"math"
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
@@ -30,18 +31,18 @@ func (p *Protocol) Send(payload []byte, now time.Duration) (uint64, error) {
 		if p.bw.Count() >= p.cfg.MaxBundle {
 			p.flushBundle(now)
 		} else if dst = p.bw.Claim(len(payload)); dst == nil {
-			p.flushBundle(now)
+			if p.growBundle() {
+				dst = p.bw.Claim(len(payload))
+			}
+			if dst == nil {
+				p.flushBundle(now)
+			}
 		}
 	}
 	if dst == nil {
-		if p.bundle = p.getBuf(p.cfg.MaxDatagram); p.bundle == nil {
+		if !p.openBundle(p.cfg.MaxDatagram) {
 			p.stats.BackPressure++
 			return 0, ErrBackPressure
-		}
-		p.bundleRef = p.newRef(p.bundle)
-		h := p.hdr
-		if err := p.bw.Reset(p.bundle.B[:p.cfg.MaxDatagram], h, p.self, p.nextSeq); err != nil {
-			panic(err) // sizes validated in New
 		}
 		if dst = p.bw.Claim(len(payload)); dst == nil {
 			panic("nakack: message does not fit an empty bundle") // maxMsg checked above
@@ -60,6 +61,73 @@ func (p *Protocol) Send(payload []byte, now time.Duration) (uint64, error) {
 		p.flushBundle(now)
 	}
 	return seq, nil
+}
+
+// openBundle starts the own bundle in a buffer of size bytes (at least
+// the class holding size, at most MaxDatagram) at the next seqno. It
+// reports false when the pool has no buffer (counted as Drops.NoBuffer).
+func (p *Protocol) openBundle(size int) bool {
+	if p.bundle = p.getBuf(min(size, p.cfg.MaxDatagram)); p.bundle == nil {
+		return false
+	}
+	p.bundleRef = p.newRef(p.bundle)
+	b := p.bundle.B[:min(len(p.bundle.B), p.cfg.MaxDatagram)]
+	if err := p.bw.Reset(b, p.hdr, p.self, p.nextSeq); err != nil {
+		panic(err) // sizes validated in New; a class holds at least MinBufferSize
+	}
+	return true
+}
+
+// growBundle moves the open bundle out of a buffer smaller than
+// MaxDatagram (bundleSize) into a MaxDatagram one, so that a run that
+// finds it too small continues it: the datagrams are the same whatever
+// the runs' lengths. The messages already stored from it read through
+// its dref, which follows (as in compact). It reports false when the
+// bundle is MaxDatagram already or the pool has no buffer.
+func (p *Protocol) growBundle() bool {
+	old := p.bundle
+	if len(old.B) >= p.cfg.MaxDatagram {
+		return false
+	}
+	b := p.cfg.Pool.Get(p.cfg.MaxDatagram)
+	if b == nil {
+		return false
+	}
+	if err := p.bw.Grow(b.B[:p.cfg.MaxDatagram]); err != nil {
+		panic(err) // longer than the old buffer
+	}
+	b.N = old.N
+	if ref := p.bundleRef; ref.held {
+		b.Retain(1)
+		ref.buf = b
+		old.Release() // the window's
+	} else {
+		ref.buf = b
+	}
+	old.Release() // the bundle's
+	p.bundle = b
+	return true
+}
+
+// bundleSize is the buffer SendBatch opens a bundle in for the run ps:
+// MaxDatagram, unless the messages that would go into it (up to the first
+// one above maxMsg, at most maxBundle) fit in small bytes, the compaction
+// threshold: then just what they take. A lone message or a short burst
+// so goes out of a buffer of its own size class, not a MaxDatagram one
+// that flushBundle would copy it out of (compact): one pool buffer and
+// one copy less per datagram of a ping-pong. A bundle sized that way that
+// the next run finds too small grows (growBundle).
+func bundleSize(ps [][]byte, maxMsg, maxBundle, small int) int {
+	need := wire.DataOverhead + wire.TrailerLen
+	for i, pl := range ps {
+		if i == maxBundle || len(pl) > maxMsg {
+			break
+		}
+		if need += wire.MsgOverhead + len(pl); need > small {
+			return math.MaxInt
+		}
+	}
+	return need
 }
 
 // Flush emits the open bundle, if any. The engine calls it when its send
@@ -116,8 +184,8 @@ func (p *Protocol) flushBundle(now time.Duration) {
 // bundle keep their offsets (they read through ref). It returns the buffer
 // to emit, holding the reference b held; b itself if nothing was moved.
 func (p *Protocol) compact(b *wire.Buffer, ref *dref, n int) *wire.Buffer {
-	if n > p.cfg.MaxDatagram/8 {
-		return b
+	if n > p.cfg.MaxDatagram/8 || len(b.B) < p.cfg.MaxDatagram {
+		return b // large, or already in a small buffer (bundleSize)
 	}
 	c := p.cfg.Pool.Get(n)
 	if c == nil {
@@ -565,14 +633,8 @@ func (p *Protocol) SendBatch(payloads [][]byte, now time.Duration) (first uint64
 	first = p.nextSeq
 	maxMsg, maxBundle := p.maxMsg, p.cfg.MaxBundle
 	for n < len(todo) {
-		if p.bundle == nil {
-			if p.bundle = p.getBuf(p.cfg.MaxDatagram); p.bundle == nil {
-				break
-			}
-			p.bundleRef = p.newRef(p.bundle)
-			if err := p.bw.Reset(p.bundle.B[:p.cfg.MaxDatagram], p.hdr, p.self, p.nextSeq); err != nil {
-				panic(err) // sizes validated in New
-			}
+		if p.bundle == nil && !p.openBundle(bundleSize(todo[n:], maxMsg, maxBundle, p.cfg.MaxDatagram/8)) {
+			break
 		}
 		// Fill the open bundle: the tight loop.
 		ref, base := p.bundleRef, p.bundle
@@ -604,7 +666,11 @@ func (p *Protocol) SendBatch(payloads [][]byte, now time.Duration) (first uint64
 		if taken == 0 && p.bw.Count() == 0 {
 			panic("nakack: message does not fit an empty bundle") // maxMsg checked above
 		}
-		// The bundle is full (count or bytes): emit it and open another.
+		// The bundle is full (count or bytes): emit it and open another,
+		// unless it is a small one that can grow.
+		if p.bw.Count() < maxBundle && p.growBundle() {
+			continue
+		}
 		p.flushBundle(now)
 	}
 	p.stats.Sent += uint64(n)

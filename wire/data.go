@@ -196,6 +196,20 @@ func (w *DataWriter) Claim(n int) []byte {
 	return w.buf[start:w.off:w.off]
 }
 
+// Grow moves the bundle into buf, which must be at least as long as the
+// current buffer: the bytes written so far are copied and the limit
+// becomes buf's length (less the trailer). Slices returned by Claim keep
+// pointing into the old buffer; their offsets are the same in buf. It
+// fails with ErrShortBuffer, changing nothing, if buf is shorter.
+func (w *DataWriter) Grow(buf []byte) error {
+	if len(buf) < len(w.buf) {
+		return ErrShortBuffer
+	}
+	copy(buf, w.buf[:w.off])
+	w.buf, w.limit = buf, len(buf)-trailerLen(w.h)
+	return nil
+}
+
 // Count returns the number of messages added since Reset.
 func (w *DataWriter) Count() int { return w.count }
 
