@@ -23,6 +23,12 @@ type EnginePingPongConfig struct {
 	MsgSize, Count, Warmup int
 	// Idle is both members' idle strategy (default engine.IdleBlock).
 	Idle engine.IdleStrategy
+	// Threading is both members' (default engine.ThreadingShared). With
+	// engine.ThreadingInvoked the pinging goroutine runs its member's
+	// agent (DoWork) while it waits for each pong, and one goroutine runs
+	// the other's, whose handler answers: two goroutines, as in the raw
+	// ping-pong (IdleSpin: spinning; otherwise yielding when idle).
+	Threading engine.Threading
 	// Timeout bounds the run (default 60 s).
 	Timeout time.Duration
 }
@@ -92,7 +98,7 @@ func RunEnginePingPong(ctx context.Context, cfg EnginePingPongConfig) (PingPongL
 	po := &pongHandler{peer: ids[0], buf: make([]byte, cfg.MsgSize)}
 	var ms [2]*engine.Member
 	for i, h := range []engine.Handler{pi, po} {
-		c := MemberConfig{RunID: runID, Index: i, Members: 2, Group: cfg.Group, Interface: cfg.Interface, Idle: cfg.Idle}
+		c := MemberConfig{RunID: runID, Index: i, Members: 2, Group: cfg.Group, Interface: cfg.Interface, Idle: cfg.Idle, Threading: cfg.Threading}
 		c, _ = c.withDefaults()
 		m, err := engine.Open(ctx, c.engineConfig(h))
 		if err != nil {
@@ -112,6 +118,34 @@ func RunEnginePingPong(ctx context.Context, cfg EnginePingPongConfig) (PingPongL
 		<-done
 	}()
 	po.m.Store(ms[1])
+	invoked := cfg.Threading == engine.ThreadingInvoked
+	// idle is the pinging goroutine's wait step: run the agent when it is
+	// ours to run, yield unless spinning with nothing done.
+	idle := func() {
+		if invoked && ms[0].DoWork() > 0 {
+			return
+		}
+		if !invoked || cfg.Idle != engine.IdleSpin {
+			runtime.Gosched()
+		}
+	}
+	if invoked {
+		quit, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-quit:
+					return
+				default:
+				}
+				if ms[1].DoWork() == 0 && cfg.Idle != engine.IdleSpin {
+					runtime.Gosched()
+				}
+			}
+		}()
+		defer func() { close(quit); <-done }()
+	}
 	ping := make([]byte, cfg.MsgSize)
 	h := NewHistogram()
 	deadline := time.Now().Add(cfg.Timeout)
@@ -125,10 +159,10 @@ func RunEnginePingPong(ctx context.Context, cfg EnginePingPongConfig) (PingPongL
 			if err != engine.ErrBackPressure {
 				return PingPongLatency{}, fmt.Errorf("bench: ping %d: %w", i, err)
 			}
-			runtime.Gosched()
+			idle()
 		}
 		for spins := 0; pi.got.Load() < uint64(i); spins++ {
-			runtime.Gosched()
+			idle()
 			if spins&1023 == 1023 && (ctx.Err() != nil || time.Now().After(deadline)) {
 				if ctx.Err() != nil {
 					return PingPongLatency{Count: h.TotalCount(), RTT: Summarize(h, true)}, ctx.Err()

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/bits"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -526,6 +527,8 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 	if cfg.Ready != nil {
 		cfg.Ready(m)
 	}
+	stopDriving := driveInvoked(m)
+	defer stopDriving()
 	if cfg.Start != nil {
 		select {
 		case <-cfg.Start:
@@ -599,6 +602,7 @@ wait:
 	}
 	sample()
 	<-sendDone
+	stopDriving() // Close runs the agent itself
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)
 	closeErr := m.Close(closeCtx)
 	cancelClose()
@@ -635,6 +639,32 @@ wait:
 		res.Error = err.Error()
 	}
 	return res, err
+}
+
+// driveInvoked runs m's agent on a goroutine of the harness when m runs
+// with engine.ThreadingInvoked (DoWork in a loop, yielding when idle),
+// until the returned stop is called; otherwise it does nothing. A sender's
+// Send runs DoWork itself while it waits for room; the two take turns.
+func driveInvoked(m *engine.Member) (stop func()) {
+	if m.Config().Threading != engine.ThreadingInvoked {
+		return func() {}
+	}
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			if m.DoWork() == 0 {
+				runtime.Gosched()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(quit); <-done }) }
 }
 
 // ownRecord is where a DiscardOwn sender records its own stream (nil

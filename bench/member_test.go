@@ -13,6 +13,8 @@ import (
 	"github.com/cespare/xxhash/v2"
 	"github.com/nakcast/nakcast/digest"
 	"github.com/stretchr/testify/require"
+
+	"github.com/nakcast/nakcast/engine"
 )
 
 func TestRunGroupExactDelivery(t *testing.T) {
@@ -28,14 +30,16 @@ func TestRunGroupExactDelivery(t *testing.T) {
 		loss    float64
 		batch   int  // MemberConfig.SendBatch
 		discard bool // MemberConfig.DiscardOwn: senders record what they sent
+		invoked bool // engine.ThreadingInvoked: the harness runs DoWork
 	}{
-		{"1to2/64B", 3, []int{0}, 64, 0, 0, false},
-		{"1to2/1KiB/loss5%", 3, []int{0}, 1024, 0.05, 0, false},
-		{"2senders/loss5%", 3, []int{0, 1}, 100, 0.05, 0, false},
-		{"1to2/64B/batch", 3, []int{0}, 64, 0, 64, false}, // the count is not a multiple of 64
-		{"2senders/batch/loss5%", 3, []int{0, 1}, 100, 0.05, 37, false},
-		{"2senders/discardown/loss5%", 3, []int{0, 1}, 100, 0.05, 0, true},
-		{"1to2/batch/discardown", 3, []int{0}, 64, 0, 64, true},
+		{"1to2/64B", 3, []int{0}, 64, 0, 0, false, false},
+		{"1to2/1KiB/loss5%", 3, []int{0}, 1024, 0.05, 0, false, false},
+		{"2senders/loss5%", 3, []int{0, 1}, 100, 0.05, 0, false, false},
+		{"1to2/64B/batch", 3, []int{0}, 64, 0, 64, false, false}, // the count is not a multiple of 64
+		{"2senders/batch/loss5%", 3, []int{0, 1}, 100, 0.05, 37, false, false},
+		{"2senders/discardown/loss5%", 3, []int{0, 1}, 100, 0.05, 0, true, false},
+		{"1to2/batch/discardown", 3, []int{0}, 64, 0, 64, true, false},
+		{"2senders/invoked/loss5%", 3, []int{0, 1}, 100, 0.05, 0, false, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -47,6 +51,9 @@ func TestRunGroupExactDelivery(t *testing.T) {
 				// injected loss hits data (not only control datagrams) in
 				// every run: the repair assertion below then always applies.
 				cfg.MaxDatagram = 1472
+			}
+			if tt.invoked {
+				cfg.Threading = engine.ThreadingInvoked
 			}
 			rs, err := RunGroup(ctx, cfg, func(i int, c *MemberConfig) {
 				if i != 0 {

@@ -93,7 +93,7 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	duration := fs.Duration("duration", 2*time.Second, "how long to send when -count is 0")
 	loss := fs.Float64("loss", 0, "fraction of received datagrams dropped before the protocol")
 	idle := fs.String("idle", "block", "idle strategy: block, yield or spin")
-	threading := fs.String("threading", "shared", "agent goroutines: shared (one) or dedicated (sender and receiver)")
+	threading := fs.String("threading", "shared", "agent goroutines: shared (one), dedicated (sender and receiver) or invoked (the harness runs DoWork)")
 	transport := fs.String("transport", "udp", "transport: udp")
 	datagram := fs.Int("datagram", 0, "largest datagram (0: interface MTU less headers)")
 	bundle := fs.Int("bundle-bytes", 0, "bundling limit in bytes (0: the datagram size)")

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/nakcast/nakcast/engine"
 )
 
 func TestRunRawPingPong(t *testing.T) {
@@ -82,4 +84,17 @@ func TestPercentile(t *testing.T) {
 		require.Equal(t, tt.want, percentile([]time.Duration{1, 2}, tt.p), "p%v", tt.p)
 	}
 	require.Equal(t, PingPongResult{}, summarize(nil))
+}
+
+// TestRunEnginePingPongInvoked: with engine.ThreadingInvoked the pinging
+// goroutine and one other run the two members' agents; every round trip
+// completes and is measured.
+func TestRunEnginePingPongInvoked(t *testing.T) {
+	for _, idle := range []engine.IdleStrategy{engine.IdleYield, engine.IdleSpin} {
+		r, err := RunEnginePingPong(context.Background(), EnginePingPongConfig{Count: 300, Idle: idle, Threading: engine.ThreadingInvoked})
+		require.NoError(t, err, "%v", idle)
+		require.Equal(t, int64(300), r.Count)
+		require.Positive(t, r.RTT.P50Ns)
+		require.LessOrEqual(t, r.RTT.P50Ns, r.RTT.P99Ns)
+	}
 }

@@ -52,6 +52,7 @@ type agent struct {
 	burst       int           // datagrams bundled before an iteration writes them (the batch size)
 	sending     bool          // the last iteration handed messages to the protocol
 	readAt      time.Duration // a busy sender's next read (see busyReadInterval)
+	readLast    bool          // the last iteration read (see readDue)
 	pendFirst   uint64
 	pendI       int
 	pendN       int
@@ -82,6 +83,14 @@ type agent struct {
 	// write side: the receiver's (or shared agent's) batch and, with
 	// ThreadingDedicated, the sender goroutine's
 	rw, sw wbatch
+
+	// ThreadingInvoked: owner is 1 while a goroutine runs the agent (an
+	// application's DoWork, Open's or Close's goroutine), 0 when it is
+	// free; handoff asks Open's goroutine to stop and free it, handedOff
+	// is closed once it did.
+	owner     atomic.Int32
+	handoff   atomic.Bool
+	handedOff chan struct{}
 
 	// ThreadingDedicated
 	dedicated bool
@@ -198,29 +207,62 @@ func (a *agent) run() {
 			<-a.sendDone
 		}()
 	}
+	a.loop()
+}
+
+// runUntilHandoff is Open's agent goroutine with ThreadingInvoked: the
+// shared loop until Open hands the agent to the application (handoff),
+// or until the member stops (a failed Open), which ends it as run does.
+func (a *agent) runUntilHandoff() {
+	if a.loop() {
+		a.owner.Store(0)
+		close(a.handedOff)
+		return
+	}
+	a.cleanup()
+	close(a.m.done)
+}
+
+// cycle is one iteration of the agent's duty cycle: read without blocking
+// (unless the last read's datagrams are still to process), run the
+// protocol (iterate), write what it produced.
+func (a *agent) cycle() (work int, deadline time.Duration, finished bool) {
+	m := a.m
+	if a.nread == 0 && a.readDue() && a.fill() {
+		n, err := m.tr.TryReadBatch(a.rbytes, a.sizes, a.srcs)
+		a.readErr(err)
+		a.nread = n
+		if n == 0 && !a.dedicated && a.sending {
+			a.readAt = m.now() + busyReadInterval
+		}
+	}
+	work, deadline, finished = a.iterate()
+	a.write(&a.rw)
+	if work > 0 {
+		m.signalDeliverable()
+	}
+	return work, deadline, finished
+}
+
+// loop runs cycles, idling by the configured strategy, until the member
+// stops or finishes (false) or, with ThreadingInvoked, Open hands the
+// agent over to the application (true).
+func (a *agent) loop() (handedOff bool) {
+	m := a.m
 	spins := 0
 	var workAt time.Duration // first idle iteration since the last work
 	for {
 		select {
 		case <-m.stop:
-			return
+			return false
 		default:
 		}
-		if a.nread == 0 && a.readDue() && a.fill() {
-			n, err := m.tr.TryReadBatch(a.rbytes, a.sizes, a.srcs)
-			a.readErr(err)
-			a.nread = n
-			if n == 0 && !a.dedicated && a.sending {
-				a.readAt = m.now() + busyReadInterval
-			}
+		if a.handoff.Load() {
+			return true
 		}
-		work, deadline, finished := a.iterate()
-		a.write(&a.rw)
-		if work > 0 {
-			m.signalDeliverable()
-		}
+		work, deadline, finished := a.cycle()
 		if finished {
-			return
+			return false
 		}
 		if work > 0 {
 			spins = 0
@@ -289,8 +331,25 @@ const busyReadInterval = 20 * time.Microsecond
 // readDue reports whether this iteration reads the sockets.
 // (a.sending belongs to the sender goroutine with ThreadingDedicated,
 // whose receiver goroutine always reads.)
+//
+// An iteration that finds messages in the publication ring right after an
+// iteration that read sends them first, without reading: a reply the
+// application committed after the last iteration (ThreadingInvoked's
+// TrySend between two DoWork calls, or a producer woken by a delivery)
+// goes out without waiting for a recvmmsg that, in a request-reply
+// exchange, finds the socket empty: one system call less per hop of a
+// ping-pong. The next iteration reads, so reads at worst alternate with
+// sends while the ring stays busy.
 func (a *agent) readDue() bool {
-	return a.dedicated || !a.sending || a.m.now() >= a.readAt
+	if a.dedicated {
+		return true
+	}
+	if a.readLast && a.m.q.pub.Len() > 0 {
+		a.readLast = false
+		return false
+	}
+	a.readLast = !a.sending || a.m.now() >= a.readAt
+	return a.readLast
 }
 
 // block waits in recvmmsg until a datagram arrives, the protocol's next

@@ -353,6 +353,68 @@ func BenchmarkEnginePingPong(b *testing.B) {
 			b.StopTimer()
 			reportPingPong(b, slices.Clone(pi.rtts[warm:]), raw)
 		})
+		if idle == engine.IdleBlock {
+			continue
+		}
+		// The application's goroutine in the loop as in the first
+		// variant, with ThreadingInvoked: it runs its member's agent
+		// (DoWork) while it waits for the pong, and a second goroutine
+		// runs the other member's, whose handler answers; two goroutines
+		// as in the raw ping-pong. Between idle DoWork calls both spin,
+		// or yield with IdleYield.
+		b.Run(idle.String()+"/invoked", func(b *testing.B) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			raw, err := bench.RunRawPingPong(ctx, bench.PingPongConfig{Group: benchGroup(), Count: max(b.N, 100), Multicast: true, BusyPoll: idle == engine.IdleSpin})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids := benchIDs(2)
+			pi := &pinger{peer: ids[1]}
+			po := &ponger{peer: ids[0], buf: make([]byte, 64)}
+			ms := openBench(b, ids, func(i int, c *engine.Config) {
+				c.Threading = engine.ThreadingInvoked
+				c.Handler = []engine.Handler{pi, po}[i]
+			})
+			po.m.Store(ms[1])
+			stop := make(chan struct{})
+			ponged := make(chan struct{})
+			go func() {
+				defer close(ponged)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if ms[1].DoWork() == 0 && idle == engine.IdleYield {
+						runtime.Gosched()
+					}
+				}
+			}()
+			defer func() { close(stop); <-ponged }()
+			ping := make([]byte, 64)
+			warm := max(b.N/10, 10)
+			rtts := make([]time.Duration, 0, b.N)
+			runtime.GC() // as above
+			b.ResetTimer()
+			for i := 1; i <= warm+b.N; i++ {
+				t0 := time.Now()
+				for ms[0].TrySend(ping) != nil {
+					ms[0].DoWork()
+				}
+				for pi.got.Load() < uint64(i) {
+					if ms[0].DoWork() == 0 && idle == engine.IdleYield {
+						runtime.Gosched()
+					}
+				}
+				if i > warm {
+					rtts = append(rtts, time.Since(t0))
+				}
+			}
+			b.StopTimer()
+			reportPingPong(b, rtts, raw)
+		})
 	}
 }
 

@@ -52,15 +52,15 @@ func ParseIdleStrategy(s string) (IdleStrategy, error) {
 	return 0, fmt.Errorf("idle strategy %q: want block, yield or spin", s)
 }
 
-// ParseThreading returns the mode named by String ("shared" or
-// "dedicated").
+// ParseThreading returns the mode named by String ("shared",
+// "dedicated" or "invoked").
 func ParseThreading(s string) (Threading, error) {
-	for _, v := range []Threading{ThreadingShared, ThreadingDedicated} {
+	for _, v := range []Threading{ThreadingShared, ThreadingDedicated, ThreadingInvoked} {
 		if s == v.String() {
 			return v, nil
 		}
 	}
-	return 0, fmt.Errorf("threading %q: want shared or dedicated", s)
+	return 0, fmt.Errorf("threading %q: want shared, dedicated or invoked", s)
 }
 
 // Threading is how the agent's duties are spread over goroutines.
@@ -82,15 +82,32 @@ const (
 	// longer slowed by deliveries to its own handler, nor the receiver by
 	// bundling.
 	ThreadingDedicated
+	// ThreadingInvoked runs the agent on the application's goroutine
+	// (Aeron's agent invoker): between Open and Close no goroutine of the
+	// member runs, and the application runs the agent's duty cycle, the
+	// shared mode's iteration, by calling Member.DoWork in its own loop,
+	// usually beside TrySend and Poll. A latency-sensitive application
+	// so spins on one goroutine per member instead of two, which on a
+	// machine with few cores is the difference between a ping-pong's
+	// goroutines each having a core and taking turns on one. Timers,
+	// failure detection and repairs run only inside DoWork: call it at
+	// least every millisecond or so, and while the application waits.
+	// The blocking calls (Send and SendBatch under back-pressure,
+	// Receive, NextEvent) run DoWork themselves while they wait,
+	// spinning with runtime.Gosched in between. Open and Close run the
+	// agent on a goroutine of their own while they join and drain.
+	ThreadingInvoked
 )
 
-// String returns "shared" or "dedicated".
+// String returns "shared", "dedicated" or "invoked".
 func (t Threading) String() string {
 	switch t {
 	case ThreadingShared:
 		return "shared"
 	case ThreadingDedicated:
 		return "dedicated"
+	case ThreadingInvoked:
+		return "invoked"
 	}
 	return fmt.Sprintf("Threading(%d)", uint8(t))
 }
@@ -345,8 +362,9 @@ type Config struct {
 	// goroutine waits for producers (or room) on a channel.
 	Idle IdleStrategy
 	// Threading runs the agent on one goroutine (ThreadingShared, the
-	// default) or on a sender and a receiver goroutine
-	// (ThreadingDedicated).
+	// default), on a sender and a receiver goroutine
+	// (ThreadingDedicated), or on the application's goroutine through
+	// Member.DoWork (ThreadingInvoked).
 	Threading Threading
 
 	// RateLimit caps the bytes per second of payload this member sends
@@ -622,8 +640,8 @@ func (c Config) withDefaults() (Config, error) {
 	if min := int64(4 * c.BatchSize * c.MaxDatagram); c.PoolBytes < min || c.PoolBytes > 1<<40 {
 		return bad("PoolBytes %d: want %d..%d (4 batches of MaxDatagram at least; 0 for the default %d)", c.PoolBytes, min, int64(1)<<40, DefaultPoolBytes)
 	}
-	if c.Threading > ThreadingDedicated {
-		return bad("Threading %v: want ThreadingShared or ThreadingDedicated", c.Threading)
+	if c.Threading > ThreadingInvoked {
+		return bad("Threading %v: want ThreadingShared, ThreadingDedicated or ThreadingInvoked", c.Threading)
 	}
 	if c.Idle > IdleSpin {
 		return bad("Idle %v: want IdleBlock, IdleYield or IdleSpin", c.Idle)

@@ -151,7 +151,7 @@ func TestParseIdleAndThreading(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, v, got)
 	}
-	for _, v := range []Threading{ThreadingShared, ThreadingDedicated} {
+	for _, v := range []Threading{ThreadingShared, ThreadingDedicated, ThreadingInvoked} {
 		got, err := ParseThreading(v.String())
 		require.NoError(t, err)
 		require.Equal(t, v, got)
@@ -159,5 +159,5 @@ func TestParseIdleAndThreading(t *testing.T) {
 	_, err := ParseIdleStrategy("busy")
 	require.ErrorContains(t, err, "want block, yield or spin")
 	_, err = ParseThreading("both")
-	require.ErrorContains(t, err, "want shared or dedicated")
+	require.ErrorContains(t, err, "want shared, dedicated or invoked")
 }

@@ -1,7 +1,7 @@
 // Package engine is nakcast's runtime and public API: it opens a member of a
 // multicast group over a batched transport (engine/transport), runs the
 // NAKACK protocol (nakack/) on one agent goroutine (or a sender and a
-// receiver goroutine: Config.Threading), and gives the
+// receiver goroutine, or the application's: Config.Threading), and gives the
 // application Send/TrySend/TryClaim, push (Config.Handler) or pull (Poll)
 // delivery, events and statistics.
 //
@@ -93,6 +93,18 @@
 // goroutine (a channel), and the receiver wakes it when the protocol had
 // refused for lack of room and an iteration may have made some. On two
 // cores shared mode is usually faster (measured: see the README).
+//
+// With Config.Threading = ThreadingInvoked no goroutine of the member runs
+// between Open and Close: the application runs the shared mode's
+// iteration itself by calling Member.DoWork in its own loop (Aeron's agent
+// invoker), typically beside TrySend and Poll, with its own idle strategy.
+// A ping-pong then spins on one goroutine a side, as a raw UDP ping-pong
+// does, instead of an agent and an application goroutine a side. Send,
+// SendBatch, Receive and NextEvent run DoWork while they wait; Open (the
+// join) and Close (the drain and leave) run the agent on a goroutine of
+// their own. An iteration that finds the publication ring non-empty right
+// after one that read sends first: the reply an application committed
+// between two DoWork calls does not wait behind a read.
 //
 // The agent holds the protocol lock for one iteration's protocol work,
 // never during a system call; Poll holds it for one batch of deliveries;

@@ -167,6 +167,14 @@ func (m *Member) NextEvent(ctx context.Context) (Event, error) {
 		if closed {
 			return Event{}, ErrClosed
 		}
+		if m.invoked() {
+			// The agent runs here: one DoWork, then look again.
+			if err := ctx.Err(); err != nil {
+				return Event{}, err
+			}
+			m.driveOnce()
+			continue
+		}
 		select {
 		case <-q.notify:
 		case <-q.done:

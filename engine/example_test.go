@@ -149,6 +149,39 @@ func ExampleMember_Poll() {
 	// 3 c
 }
 
+// With ThreadingInvoked the application runs the member's agent itself:
+// one goroutine sends, runs DoWork (reads, repairs, timers, writes) and
+// polls, and no goroutine of the member runs beside it (Aeron's agent
+// invoker). A latency-sensitive loop spins instead of yielding.
+func ExampleMember_DoWork() {
+	m, err := engine.Open(context.Background(), engine.Config{
+		Group:     netip.MustParseAddrPort("239.255.77.4:45604"),
+		Threading: engine.ThreadingInvoked,
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer m.Close(context.Background()) // drains on a goroutine of its own
+	for _, s := range []string{"x", "y"} {
+		if err := m.TrySend([]byte(s)); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	for delivered := 0; delivered < 2; {
+		work := m.DoWork()
+		n := m.Poll(printer{}, 16)
+		delivered += n
+		if work+n == 0 {
+			runtime.Gosched() // idle: the application's own strategy
+		}
+	}
+	// Output:
+	// 1 x
+	// 2 y
+}
+
 // A joiner fetches the application state during Open (state transfer): the
 // first member founds the group and applies three messages; the second
 // joins with FetchState and starts from the first one's state.

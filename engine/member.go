@@ -159,6 +159,10 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 			m.abort()
 			return nil, fmt.Errorf("open: %w", err)
 		}
+		if err := m.handOver(); err != nil {
+			m.abort()
+			return nil, fmt.Errorf("open: %w: %w", ErrJoinFailed, err)
+		}
 		return m, nil
 	}
 	stableIval := cfg.StableInterval
@@ -191,10 +195,73 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 // current incarnation (a new one after an exclusion and rejoin).
 func (m *Member) Self() digest.Member { return m.selfV.Load().(digest.Member) }
 
-// startAgent starts the agent goroutine.
+// startAgent starts the agent goroutine. With ThreadingInvoked it is
+// Open's, run until the join is done (handOver); static membership needs
+// none.
 func (m *Member) startAgent() {
+	if m.invoked() {
+		if m.g == nil {
+			return
+		}
+		m.ag.owner.Store(1)
+		m.ag.handedOff = make(chan struct{})
+		m.ag.started.Store(true)
+		go m.ag.runUntilHandoff()
+		return
+	}
 	m.ag.started.Store(true)
 	go m.ag.run()
+}
+
+// invoked reports whether the application runs the agent (DoWork).
+func (m *Member) invoked() bool { return m.cfg.Threading == ThreadingInvoked }
+
+// handOver ends Open's agent goroutine (ThreadingInvoked) once the member
+// is in the group: from then on DoWork runs the agent. The goroutine stops
+// within an iteration (a blocked read is woken), so this does not wait on
+// a context.
+func (m *Member) handOver() error {
+	if !m.invoked() || !m.ag.started.Load() {
+		return nil
+	}
+	m.ag.handoff.Store(true)
+	m.wakeAgent()
+	select {
+	case <-m.ag.handedOff:
+		m.ag.started.Store(false) // nothing for abort to wait for
+		m.ag.handoff.Store(false) // Close's goroutine runs to the end
+		return nil
+	case <-m.done:
+		return ErrClosed
+	}
+}
+
+// DoWork runs one iteration of the agent's duty cycle on the calling
+// goroutine and returns how much it did (datagrams read, messages sent
+// and delivered; 0: idle). It is the agent with ThreadingInvoked and does
+// nothing (0) otherwise, once Close began, or while another goroutine is
+// in DoWork: call it from one loop. It never blocks and does not allocate;
+// in push mode it calls the Handler, so it must not be called from one.
+// An idle application applies its own idle strategy between calls (spin,
+// runtime.Gosched, a short sleep), calling it at least every millisecond
+// or so: timers, failure detection and repairs run only here.
+func (m *Member) DoWork() int {
+	a := &m.ag
+	if !m.invoked() || !a.owner.CompareAndSwap(0, 1) {
+		return 0
+	}
+	work, _, _ := a.cycle()
+	a.owner.Store(0)
+	return work
+}
+
+// driveOnce is a blocking call's wait step with ThreadingInvoked: one
+// DoWork, and a yield when it found nothing to do (or another goroutine
+// runs the agent).
+func (m *Member) driveOnce() {
+	if m.DoWork() == 0 {
+		runtime.Gosched()
+	}
 }
 
 // abort stops a member whose Open failed: no drain, no leave.
@@ -249,6 +316,9 @@ func (m *Member) Send(ctx context.Context, payload []byte) error {
 		return err
 	}
 	m.ctr.backPressureWaits.Add(1)
+	if m.invoked() {
+		return m.sendInvoked(ctx, payload)
+	}
 	// Spin briefly: the agent usually frees room within microseconds.
 	for range 64 {
 		runtime.Gosched()
@@ -341,6 +411,9 @@ func (m *Member) SendBatch(ctx context.Context, payloads [][]byte) (int, error) 
 // the member closes), as Send does: a short spin, then the agent's token.
 func (m *Member) awaitSpace(ctx context.Context) error {
 	m.ctr.backPressureWaits.Add(1)
+	if m.invoked() {
+		return m.drive(ctx, func() bool { return m.q.pub.Free() > 0 })
+	}
 	for range 64 {
 		runtime.Gosched()
 		if m.q.pub.Free() > 0 {
@@ -364,6 +437,38 @@ func (m *Member) awaitSpace(ctx context.Context) error {
 			return ErrClosed
 		}
 	}
+}
+
+// sendInvoked is Send's wait with ThreadingInvoked: the agent runs
+// (DoWork) on this goroutine until the message is taken.
+func (m *Member) sendInvoked(ctx context.Context, payload []byte) error {
+	var err error
+	derr := m.drive(ctx, func() bool {
+		err = m.trySendQuiet(payload)
+		return err != ErrBackPressure
+	})
+	if derr != nil {
+		return derr
+	}
+	return err
+}
+
+// drive is a blocking call's wait with ThreadingInvoked: DoWork (or a
+// yield) until done reports true, ctx ends (its error) or the member
+// closes (ErrClosed).
+func (m *Member) drive(ctx context.Context, done func() bool) error {
+	for !done() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		select {
+		case <-m.stop:
+			return ErrClosed
+		default:
+		}
+		m.driveOnce()
+	}
+	return nil
 }
 
 func (m *Member) trySendQuiet(payload []byte) error {
@@ -477,6 +582,15 @@ func (m *Member) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() {
 		m.drainCtx.Store(ctxHolder{ctx})
 		m.closing.Store(true)
+		if m.invoked() {
+			// Take the agent from the application for good (waiting out
+			// a DoWork in progress) and drain on a goroutine of our own.
+			for !m.ag.owner.CompareAndSwap(0, 1) {
+				runtime.Gosched()
+			}
+			m.ag.started.Store(true)
+			go m.ag.run()
+		}
 		m.wakeAgent()
 		select {
 		case <-m.done:

@@ -40,6 +40,10 @@ func (m *Member) Receive(ctx context.Context) (Message, error) {
 		return Message{}, ErrPushMode
 	}
 	var c copier
+	if m.invoked() {
+		err := m.drive(ctx, func() bool { return m.Poll(&c, 1) == 1 && c.got })
+		return c.msg, err
+	}
 	for {
 		if m.Poll(&c, 1) == 1 && c.got {
 			return c.msg, nil

@@ -52,7 +52,7 @@ func (f *engineFlags) register(fs *flag.FlagSet, members int, duration time.Dura
 	fs.Float64Var(&f.loss, "loss", 0, "fraction of datagrams dropped at each receiver (0 <= loss < 1)")
 	fs.StringVar(&f.transport, "transport", "udp", "transport: udp (xdp arrives with the AF_XDP backend)")
 	fs.StringVar(&f.idle, "idle", "block", "agent idle strategy: block, yield or spin")
-	fs.StringVar(&f.threading, "threading", "shared", "agent goroutines: shared (one) or dedicated (a sender and a receiver)")
+	fs.StringVar(&f.threading, "threading", "shared", "agent goroutines: shared (one), dedicated (a sender and a receiver) or invoked (run by the harness through DoWork)")
 	fs.IntVar(&f.bundleBytes, "bundle-bytes", 0, "bundling limit in bytes (0: the datagram size)")
 	fs.DurationVar(&f.bundleDelay, "bundle-delay", 0, "longest a message waits in an open bundle (0: flush when the ring goes idle)")
 	fs.IntVar(&f.datagram, "datagram", 0, "largest datagram in bytes (0: the interface MTU less headers, 65507 on loopback)")

@@ -270,18 +270,26 @@ func runThroughput(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 // runLatency is the ping-pong comparison.
 func runLatency(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("latency", "Ping-pong round trips of small messages between two members on loopback (shared-mode agents),\nbeside a raw UDP multicast ping-pong on the same path with the matching idle strategy.", stderr)
+	fs := newFlagSet("latency", "Ping-pong round trips of small messages between two members on loopback (shared-mode agents,\nor the agents on the pinging and answering goroutines with -threading invoked), beside a raw\nUDP multicast ping-pong on the same path with the matching idle strategy.", stderr)
 	var out outputFlags
 	out.register(fs)
 	count := fs.Int("count", 20000, "round trips measured per idle strategy")
 	size := fs.Int("size", 64, "ping and pong size in bytes")
 	idles := fs.String("idle", "yield,spin", "idle strategies to measure, comma-separated (block, yield, spin)")
 	iface := fs.String("interface", "lo", "interface (loopback only)")
+	threading := fs.String("threading", "shared", "agents: shared (one goroutine each, the application's beside them) or invoked (run by the application's goroutines: DoWork)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if *count < 1 {
 		return usagef("-count %d: want >= 1", *count)
+	}
+	thr, err := parseThreading(*threading)
+	if err != nil {
+		return err
+	}
+	if thr == engine.ThreadingDedicated {
+		return usagef("-threading dedicated: want shared or invoked (the ping-pong compares shared-mode agents)")
 	}
 	if *size < 8 || *size > 60000 {
 		return usagef("-size %d: want 8..60000", *size)
@@ -315,7 +323,7 @@ func runLatency(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			break
 		}
 		progress(stderr, "nakcast ping-pong "+st.String())
-		nk, err := bench.RunEnginePingPong(ctx, bench.EnginePingPongConfig{Interface: *iface, MsgSize: *size, Count: *count, Idle: st})
+		nk, err := bench.RunEnginePingPong(ctx, bench.EnginePingPongConfig{Interface: *iface, MsgSize: *size, Count: *count, Idle: st, Threading: thr})
 		if err != nil {
 			runErr = fmt.Errorf("nakcast ping-pong (%v): %w", st, err)
 			break
@@ -328,7 +336,7 @@ func runLatency(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		results = append(results, r)
 	}
 	progressDone(stderr)
-	fmt.Fprintf(stdout, "round trip of %d B on %s, %d round trips each, multicast both ways\n", *size, *iface, *count)
+	fmt.Fprintf(stdout, "round trip of %d B on %s, %d round trips each, multicast both ways, %v agents\n", *size, *iface, *count, thr)
 	fmt.Fprintf(stdout, "%-6s %-8s %9s %9s %9s %9s %9s\n", "idle", "what", "min", "p50", "p99", "p99.9", "max")
 	for _, r := range results {
 		for _, x := range []struct {

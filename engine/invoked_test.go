@@ -1,0 +1,282 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// driver is the application loop of ThreadingInvoked for tests: a
+// goroutine that runs DoWork on every member added to it until stopped.
+type driver struct {
+	ms   atomic.Pointer[[]*Member]
+	stop chan struct{}
+	done chan struct{}
+}
+
+func startDriver(t testing.TB) *driver {
+	d := &driver{stop: make(chan struct{}), done: make(chan struct{})}
+	d.ms.Store(&[]*Member{})
+	go func() {
+		defer close(d.done)
+		for {
+			select {
+			case <-d.stop:
+				return
+			default:
+			}
+			work := 0
+			for _, m := range *d.ms.Load() {
+				work += m.DoWork()
+			}
+			if work == 0 {
+				runtime.Gosched()
+			}
+		}
+	}()
+	t.Cleanup(d.halt)
+	return d
+}
+
+func (d *driver) add(m *Member) {
+	ms := append(append([]*Member(nil), *d.ms.Load()...), m)
+	d.ms.Store(&ms)
+}
+
+func (d *driver) halt() {
+	select {
+	case <-d.stop:
+	default:
+		close(d.stop)
+	}
+	<-d.done
+}
+
+// TestInvokedOneGoroutine: with ThreadingInvoked no member goroutine runs
+// between Open and Close; one application goroutine runs three members'
+// agents (DoWork), sends (TrySend) and polls, with 2% loss injected: every
+// member delivers every message exactly once, in order. Close drains on
+// its own goroutine and leaves nothing running.
+func TestInvokedOneGoroutine(t *testing.T) {
+	perSender := 20000
+	if raceEnabled {
+		perSender = 3000
+	}
+	base := runtime.NumGoroutine()
+	const members = 3
+	g := testGroup()
+	ids := testMembers(members)
+	ms := make([]*Member, members)
+	for i := range ms {
+		m, err := Open(context.Background(), Config{Group: g, Self: ids[i], Members: ids, Logger: quietLogger(),
+			Threading: ThreadingInvoked, RingCapacity: 64, Window: 256, LossRate: 0.02, LossSeed: uint64(i + 20)})
+		require.NoError(t, err)
+		ms[i] = m
+	}
+	require.Equal(t, base, runtime.NumGoroutine(), "no goroutine of the members runs between Open and Close")
+	recs := make([]*recorder, members)
+	for i := range recs {
+		recs[i] = newRecorder(members * perSender)
+	}
+	next := make([]int, members)
+	buf := make([]byte, 300)
+	deadline := time.Now().Add(60 * time.Second)
+	done := func() bool {
+		for _, r := range recs {
+			if r.total < members*perSender {
+				return false
+			}
+		}
+		return true
+	}
+	for !done() {
+		require.True(t, time.Now().Before(deadline), "no progress: delivered %d %d %d", recs[0].total, recs[1].total, recs[2].total)
+		work := 0
+		for k, m := range ms {
+			if next[k] < perSender {
+				p := buf[:16+next[k]%280]
+				fillPayload(p, k, next[k])
+				switch err := m.TrySend(p); {
+				case err == nil:
+					next[k]++
+					work++
+				case errors.Is(err, ErrBackPressure):
+				default:
+					require.NoError(t, err)
+				}
+			}
+			work += m.DoWork()
+			work += m.Poll(recs[k], 64)
+		}
+		if work == 0 {
+			runtime.Gosched()
+		}
+	}
+	for k := range ms {
+		h := expectedHash(perSender, func(i int) []byte { return payloadOf(k, i, 16+i%280) })
+		for i, r := range recs {
+			require.Empty(t, r.errs)
+			require.Equal(t, perSender, r.count[ms[k].Self()], "member %d sender %d", i, k)
+			require.Equal(t, h, r.hash[ms[k].Self()], "member %d sender %d", i, k)
+		}
+		require.NotZero(t, ms[k].Stats().Drops.Injected, "loss was injected")
+	}
+	for i, err := range closeAll(t, ms, 10*time.Second) {
+		require.NoError(t, err, "close member %d", i)
+	}
+	for _, m := range ms {
+		require.Zero(t, m.DoWork(), "DoWork after Close does nothing")
+	}
+	checkNoLeak(t, base)
+}
+
+// TestInvokedBlockingCallsDrive: with ThreadingInvoked, Send under
+// back-pressure, Receive and NextEvent run the agent themselves while they
+// wait, so an application with one goroutine per member cannot deadlock
+// on them. The receiver is driven by its own goroutine (Receive), the
+// sender (push mode) by its Send calls and a DoWork loop.
+func TestInvokedBlockingCallsDrive(t *testing.T) {
+	n := 5000
+	if raceEnabled {
+		n = 1000
+	}
+	own := &counter{}
+	ms := openGroup(t, 2, func(i int, c *Config) {
+		c.Threading = ThreadingInvoked
+		c.RingCapacity = 16
+		c.Window = 64
+		if i == 0 {
+			c.Handler = own // its own messages, delivered inside DoWork
+		} else {
+			c.LossRate = 0.1
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e, err := ms[1].NextEvent(ctx)
+	require.NoError(t, err)
+	require.Equal(t, EventView, e.Kind)
+
+	got := make(chan error, 1)
+	go func() {
+		for i := range n {
+			msg, err := ms[1].Receive(ctx)
+			if err != nil {
+				got <- err
+				return
+			}
+			if want := payloadOf(0, i, 20+i%200); string(msg.Payload) != string(want) || msg.Sender != ms[0].Self() {
+				got <- errors.New("wrong message")
+				return
+			}
+		}
+		got <- nil
+	}()
+	for i := range n {
+		require.NoError(t, ms[0].Send(ctx, payloadOf(0, i, 20+i%200)))
+	}
+	received := false
+	for !received || own.n.Load() < int64(n) {
+		select {
+		case err := <-got:
+			require.NoError(t, err)
+			received = true
+		default:
+			require.NoError(t, ctx.Err(), "own deliveries %d of %d", own.n.Load(), n)
+			ms[0].driveOnce() // the sender's repairs, stability, own deliveries
+		}
+	}
+	require.Equal(t, int64(n), own.n.Load())
+	require.NotZero(t, ms[0].Stats().BackPressureWaits, "Send waited under back-pressure")
+	require.NotZero(t, ms[0].Stats().Retransmitted, "repairs went out from DoWork")
+}
+
+// TestInvokedDynamicMembership: Open joins a dynamic group with a
+// goroutine of its own and then hands the agent to the application; the
+// founder, driven by the application, admits the joiner; both exchange
+// messages; the joiner leaves gracefully and the founder installs the
+// smaller view.
+func TestInvokedDynamicMembership(t *testing.T) {
+	d := startDriver(t)
+	g := testGroup()
+	inv := func(i int, c *Config) { c.Threading = ThreadingInvoked }
+	a := openOne(t, g, 0, inv)
+	d.add(a)
+	b := openOne(t, g, 1, inv)
+	d.add(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	waitViewSizeDriven(t, ctx, a, 2)
+
+	var mu sync.Mutex
+	var got []string
+	require.Zero(t, a.Poll(nil, 1), "push mode off: nothing yet")
+	require.NoError(t, b.TrySend([]byte("hello from b")))
+	require.NoError(t, a.TrySend([]byte("hello from a")))
+	for {
+		var c copier
+		for a.Poll(&c, 1) == 1 {
+			mu.Lock()
+			got = append(got, string(c.msg.Payload))
+			mu.Unlock()
+		}
+		if len(got) == 2 {
+			break
+		}
+		require.NoError(t, ctx.Err(), "a got %q", got)
+		runtime.Gosched()
+	}
+	require.ElementsMatch(t, []string{"hello from a", "hello from b"}, got)
+
+	require.NoError(t, b.Close(ctx))
+	waitViewSizeDriven(t, ctx, a, 1)
+	require.NoError(t, a.Close(ctx))
+	d.halt()
+}
+
+// waitViewSizeDriven is waitViewSize for a member another goroutine
+// drives: NextEvent would run DoWork itself, and only one goroutine does
+// at a time, so it yields while the driver runs the agent.
+func waitViewSizeDriven(t testing.TB, ctx context.Context, m *Member, n int) {
+	t.Helper()
+	var one [1]Event
+	for {
+		if m.PollEvents(one[:]) == 1 && one[0].Kind == EventView && len(one[0].Members) == n {
+			return
+		}
+		require.NoError(t, ctx.Err(), "waiting for a view of %d on %v", n, m.Self())
+		runtime.Gosched()
+	}
+}
+
+// TestDoWorkOnlyInvoked: DoWork does nothing unless the member runs with
+// ThreadingInvoked; two goroutines calling it at once take turns (the
+// race detector checks the agent's state is never shared).
+func TestDoWorkOnlyInvoked(t *testing.T) {
+	ms := openGroup(t, 2, func(i int, c *Config) {
+		if i == 1 {
+			c.Threading = ThreadingInvoked
+		}
+	})
+	require.Zero(t, ms[0].DoWork())
+	var wg sync.WaitGroup
+	var work atomic.Int64
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 2000 {
+				work.Add(int64(ms[1].DoWork()))
+			}
+		}()
+	}
+	require.NoError(t, ms[0].TrySend([]byte("x")))
+	wg.Wait()
+	require.Equal(t, "invoked", ThreadingInvoked.String())
+}
