@@ -91,6 +91,7 @@ type agent struct {
 	owner     atomic.Int32
 	handoff   atomic.Bool
 	handedOff chan struct{}
+	lastNow   time.Duration // the last iteration's clock (sendDirect's)
 
 	// ThreadingDedicated
 	dedicated bool
@@ -332,7 +333,8 @@ const busyReadInterval = 20 * time.Microsecond
 // (a.sending belongs to the sender goroutine with ThreadingDedicated,
 // whose receiver goroutine always reads.)
 //
-// An iteration that finds messages in the publication ring right after an
+// An iteration that finds messages in the publication ring (or an open
+// bundle: ThreadingInvoked's TrySendBatch writes into it) right after an
 // iteration that read sends them first, without reading: a reply the
 // application committed after the last iteration (ThreadingInvoked's
 // TrySend between two DoWork calls, or a producer woken by a delivery)
@@ -344,7 +346,7 @@ func (a *agent) readDue() bool {
 	if a.dedicated {
 		return true
 	}
-	if a.readLast && a.m.q.pub.Len() > 0 {
+	if a.readLast && (a.unflushed || a.m.q.pub.Len() > 0) {
 		a.readLast = false
 		return false
 	}
@@ -422,6 +424,7 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	now := m.now()
+	a.lastNow = now
 
 	// 1. Receive.
 	if n := a.nread; n > 0 {
@@ -771,6 +774,71 @@ func (a *agent) drainSend(now time.Duration) int {
 		work++
 	}
 	return work
+}
+
+// sendDirect is TrySendBatch with ThreadingInvoked when the calling
+// goroutine could take the agent (owner) and nothing waits in the
+// publication ring: the payloads go straight into the protocol's open
+// bundle, one copy, with no ring slot and no hand-over to the goroutine
+// that runs DoWork next (the same one, usually). The agent and the
+// protocol lock are taken once a batch; for one message (TrySend) that
+// costs more than the ring's claim and publication, which TrySend keeps.
+// It takes the longest
+// prefix that flow control and the protocol accept and returns its length;
+// the caller queues the rest in the ring, which DoWork drains. A rate
+// limit, a full write batch (DoWork has not written for a while) or a
+// member not in a view leave it all to the ring. The clock is the last
+// iteration's: reading it per message would cost as much as the send.
+// Called with the agent owned and m.mu held.
+func (a *agent) sendDirect(pls [][]byte) int {
+	m := a.m
+	p := m.proto
+	if p == nil || m.cfg.RateLimit > 0 || a.pendI != a.pendN || m.q.pub.Len() != 0 || len(p.Outbox()) >= a.burst {
+		return 0
+	}
+	if m.g != nil && m.g.Status() != gms.StatusMember {
+		return 0
+	}
+	k := len(pls)
+	if lim := uint64(m.cfg.InFlightBytes); lim > 0 {
+		f := a.inFlight(p.GroupReceived())
+		room := lim - min(f, lim)
+		var bytes uint64
+		for k = 0; k < len(pls); k++ {
+			n := uint64(len(pls[k]))
+			if bytes+n > room && f+bytes > 0 {
+				break
+			}
+			bytes += n
+		}
+		if k == 0 {
+			return 0
+		}
+	}
+	now := a.lastNow
+	_, n, err := p.SendBatch(pls[:k], now)
+	if err != nil && !errors.Is(err, nakack.ErrBackPressure) {
+		return 0 // the ring's path counts and drops it
+	}
+	sent, last, cum, cmask := a.sentBytes, a.lastSeq, a.cum, a.cumMask
+	for _, pl := range pls[:n] {
+		sent += uint64(len(pl))
+		last++
+		cum[last&cmask] = sent
+	}
+	a.sentBytes, a.lastSeq = sent, last
+	for last := p.NextSeq() - 1; a.lastSeq < last; { // fragments
+		a.lastSeq++
+		a.cum[a.lastSeq&a.cumMask] = a.sentBytes
+	}
+	if n > 0 {
+		a.sending = true
+		a.protoFull = false
+		if !a.unflushed {
+			a.unflushed, a.bundleAt = true, now
+		}
+	}
+	return n
 }
 
 // giveTokens returns the rate-limit tokens taken for messages the protocol

@@ -130,6 +130,19 @@ func BenchmarkEngineLoopback(b *testing.B) {
 		b.Run(fmt.Sprintf("%dB/block/batch+discardown", size), func(b *testing.B) {
 			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, batch: 64, discardOwn: true})
 		})
+		// ThreadingInvoked: the sending goroutine runs its member's agent
+		// (DoWork every 1024 messages and under back-pressure) and TrySend
+		// writes into the bundle directly; a second goroutine runs the
+		// receiver's: two goroutines, as in the raw baseline.
+		b.Run(fmt.Sprintf("%dB/invoked", size), func(b *testing.B) {
+			benchLoopback(b, size, loopOpts{invoked: true})
+		})
+		b.Run(fmt.Sprintf("%dB/invoked+discardown", size), func(b *testing.B) {
+			benchLoopback(b, size, loopOpts{invoked: true, discardOwn: true})
+		})
+		b.Run(fmt.Sprintf("%dB/invoked+batch+discardown", size), func(b *testing.B) {
+			benchLoopback(b, size, loopOpts{invoked: true, discardOwn: true, batch: 64})
+		})
 	}
 }
 
@@ -142,6 +155,7 @@ type loopOpts struct {
 	thr        engine.Threading
 	discardOwn bool
 	batch      int
+	invoked    bool
 }
 
 // benchLoopback runs one configuration.
@@ -159,6 +173,9 @@ func benchLoopback(b *testing.B, size int, o loopOpts) {
 		c.Handler = cs[i]
 		c.Idle = o.idle
 		c.Threading = o.thr
+		if o.invoked {
+			c.Threading = engine.ThreadingInvoked
+		}
 		if i == 1 {
 			c.LossRate = o.loss
 		} else {
@@ -166,12 +183,59 @@ func benchLoopback(b *testing.B, size int, o loopOpts) {
 		}
 	})
 	payload := make([]byte, size)
+	if o.invoked {
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if ms[1].DoWork() == 0 {
+					runtime.Gosched()
+				}
+			}
+		}()
+		defer func() { close(stop); <-done }()
+	}
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
 	cpu0 := cpuTime()
-	if o.batch > 0 {
+	if o.invoked && o.batch > 0 {
+		ps := make([][]byte, o.batch)
+		for i := range ps {
+			ps[i] = make([]byte, size)
+			ps[i][0] = byte(i)
+		}
+		for i := 0; i < b.N; {
+			n, _ := ms[0].TrySendBatch(ps[:min(o.batch, b.N-i)])
+			if n == 0 {
+				if ms[0].DoWork() == 0 {
+					runtime.Gosched()
+				}
+				continue
+			}
+			if i/1024 != (i+n)/1024 {
+				ms[0].DoWork()
+			}
+			i += n
+		}
+	} else if o.invoked {
+		for i := 0; i < b.N; {
+			payload[0] = byte(i)
+			if ms[0].TrySend(payload) == nil {
+				if i++; i&1023 == 0 {
+					ms[0].DoWork()
+				}
+			} else if ms[0].DoWork() == 0 {
+				runtime.Gosched()
+			}
+		}
+	} else if o.batch > 0 {
 		ps := make([][]byte, o.batch)
 		for i := range ps {
 			ps[i] = make([]byte, size)
@@ -193,6 +257,12 @@ func benchLoopback(b *testing.B, size int, o loopOpts) {
 	for cs[1].n.Load() < int64(b.N) {
 		if ctx.Err() != nil {
 			b.Fatalf("timeout: %d of %d delivered", cs[1].n.Load(), b.N)
+		}
+		if o.invoked {
+			if ms[0].DoWork() == 0 {
+				runtime.Gosched()
+			}
+			continue
 		}
 		time.Sleep(50 * time.Microsecond) // polling the receiver's count, not synchronisation
 	}

@@ -306,6 +306,23 @@ func (m *Member) TrySend(payload []byte) error {
 	return nil
 }
 
+// sendDirect is agent.sendDirect for TrySendBatch: how many of pls were
+// taken.
+func (m *Member) sendDirect(pls [][]byte) int {
+	a := &m.ag
+	if !a.owner.CompareAndSwap(0, 1) {
+		return 0
+	}
+	m.mu.Lock()
+	n := a.sendDirect(pls)
+	m.mu.Unlock()
+	a.owner.Store(0)
+	if n > 0 {
+		m.ctr.sentDirect.Add(uint64(n))
+	}
+	return n
+}
+
 // Send is TrySend that waits under back-pressure until there is room, ctx
 // ends (its error is returned) or the member closes. It must not be called
 // from a Handler, nor, in pull mode, from the only goroutine that calls
@@ -377,8 +394,11 @@ func (m *Member) trySendBatch(payloads [][]byte) (int, error) {
 		}
 	}
 	n := 0
-	if len(take) > 0 {
-		n = m.q.putBatch(take)
+	if len(take) > 0 && m.invoked() {
+		n = m.sendDirect(take)
+	}
+	if n < len(take) {
+		n += m.q.putBatch(take[n:])
 	}
 	switch {
 	case n < len(take):

@@ -141,7 +141,8 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 		thr   Threading
 		batch bool // SendBatch in batches of 64 instead of TrySend
 	}{{64, ThreadingShared, false}, {1024, ThreadingShared, false}, {64, ThreadingDedicated, false}, {1024, ThreadingDedicated, false},
-		{64, ThreadingShared, true}, {1024, ThreadingDedicated, true}} {
+		{64, ThreadingShared, true}, {1024, ThreadingDedicated, true},
+		{64, ThreadingInvoked, false}, {64, ThreadingInvoked, true}} {
 		size := tc.size
 		name := map[int]string{64: "64B", 1024: "1KiB"}[size] + "/" + tc.thr.String()
 		if tc.batch {
@@ -157,6 +158,14 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 				ps[i] = payload
 			}
 			sent := int64(0)
+			// wait is the test goroutine's idle step; with
+			// ThreadingInvoked it runs both members' agents.
+			wait := func() {
+				if tc.thr == ThreadingInvoked && ms[0].DoWork()+ms[1].DoWork() > 0 {
+					return
+				}
+				runtime.Gosched()
+			}
 			run := func() {
 				if tc.batch {
 					for i := 0; i < batch; i += len(ps) {
@@ -168,13 +177,13 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 				} else {
 					for range batch {
 						for ms[0].TrySend(payload) != nil {
-							runtime.Gosched()
+							wait()
 						}
 					}
 				}
 				sent += batch
 				for cs[1].n.Load() < sent || cs[0].n.Load() < sent {
-					runtime.Gosched()
+					wait()
 				}
 			}
 			for range 30 { // warm pools, windows and free lists

@@ -20,6 +20,7 @@ type counters struct {
 	backPressureWaits    atomic.Uint64
 	protocolBackPressure atomic.Uint64
 	flowControlWaits     atomic.Uint64
+	sentDirect           atomic.Uint64
 	datagramsIn          atomic.Uint64
 	datagramsOut         atomic.Uint64
 	socketErrors         atomic.Uint64
@@ -127,6 +128,9 @@ type Stats struct {
 	// FlowControlWaits counts times the agent held back messages because
 	// Config.InFlightBytes of this member's data were not yet stable.
 	FlowControlWaits uint64
+	// SentDirect counts messages TrySendBatch wrote straight into the
+	// protocol's bundle, past the publication ring (ThreadingInvoked).
+	SentDirect       uint64
 	SocketErrors     uint64 // read/write errors other than closing
 	ReceiveErrors    uint64 // datagrams the protocol refused (also in Drops)
 	UnicastViaGroup  uint64 // unicasts sent through the group: destination address not learned yet
@@ -213,6 +217,7 @@ func (m *Member) Stats() Stats {
 		BackPressureWaits:    m.ctr.backPressureWaits.Load(),
 		ProtocolBackPressure: m.ctr.protocolBackPressure.Load(),
 		FlowControlWaits:     m.ctr.flowControlWaits.Load(),
+		SentDirect:           m.ctr.sentDirect.Load(),
 		SocketErrors:         m.ctr.socketErrors.Load(),
 		ReceiveErrors:        m.ctr.receiveErrors.Load(),
 		UnicastViaGroup:      m.ctr.unicastViaGroup.Load(),
