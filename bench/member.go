@@ -527,8 +527,14 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 	if cfg.Ready != nil {
 		cfg.Ready(m)
 	}
-	stopDriving := driveInvoked(m)
-	defer stopDriving()
+	// With ThreadingInvoked a receiver's agent runs on a harness goroutine
+	// from the start; a sender's on its sending goroutine (Send waits and
+	// a DoWork every invokedWorkEvery messages), then on a harness
+	// goroutine until the run ends.
+	var stopDriving func()
+	if !cfg.sends() {
+		stopDriving = driveInvoked(m)
+	}
 	if cfg.Start != nil {
 		select {
 		case <-cfg.Start:
@@ -554,6 +560,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 				res.Sent, sendErr = sendMessages(ctx, runCtx, m, cfg, own)
 			}
 			res.SendNs = Nanotime() - res.SendStartNs
+			stopDriving = driveInvoked(m) // read after <-sendDone
 		}()
 	} else {
 		close(sendDone)
@@ -602,7 +609,9 @@ wait:
 	}
 	sample()
 	<-sendDone
-	stopDriving() // Close runs the agent itself
+	if stopDriving != nil {
+		stopDriving() // Close runs the agent itself
+	}
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), 10*time.Second)
 	closeErr := m.Close(closeCtx)
 	cancelClose()
@@ -641,10 +650,15 @@ wait:
 	return res, err
 }
 
+// invokedWorkEvery is how many messages an engine.ThreadingInvoked
+// sender sends between two DoWork calls of its own (besides those Send
+// and SendBatch run while they wait for room): each writes what was
+// bundled and flushes the open bundle.
+const invokedWorkEvery = 1024
+
 // driveInvoked runs m's agent on a goroutine of the harness when m runs
 // with engine.ThreadingInvoked (DoWork in a loop, yielding when idle),
-// until the returned stop is called; otherwise it does nothing. A sender's
-// Send runs DoWork itself while it waits for room; the two take turns.
+// until the returned stop is called; otherwise it does nothing.
 func driveInvoked(m *engine.Member) (stop func()) {
 	if m.Config().Threading != engine.ThreadingInvoked {
 		return func() {}
@@ -696,6 +710,7 @@ func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfi
 	// message: a read costs about 25 ns, a third of what the engine spends
 	// on a 64 B message.
 	sample := uint64(max(cfg.SampleEvery, 1))
+	invoked := m.Config().Threading == engine.ThreadingInvoked
 	var i uint64
 	var now int64
 	for {
@@ -722,6 +737,9 @@ func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfi
 			}
 			return int64(i - 1), err
 		}
+		if invoked && i%invokedWorkEvery == 0 {
+			m.DoWork()
+		}
 		own.sent(i, p, last)
 		if last {
 			return int64(i), nil
@@ -742,6 +760,7 @@ func sendBatches(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfig
 	}
 	deadline, sendCtx, cancel := sendSetup(ctx, runCtx, cfg)
 	defer cancel()
+	invoked := m.Config().Threading == engine.ThreadingInvoked
 	var sent uint64
 	for {
 		now := Nanotime()
@@ -768,6 +787,9 @@ func sendBatches(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfig
 		k, err := m.SendBatch(c, bufs[:n])
 		for j := range k {
 			own.sent(sent+1+uint64(j), bufs[j], last && uint64(j) == n-1)
+		}
+		if invoked && (sent+uint64(k))/invokedWorkEvery != sent/invokedWorkEvery {
+			m.DoWork()
 		}
 		sent += uint64(k)
 		if err != nil {
