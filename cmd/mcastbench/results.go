@@ -70,7 +70,9 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(&b, "just before. Both use UDP segmentation offloads (UDP_SEGMENT: a run of equal datagrams goes through the kernel's\n")
 	fmt.Fprintf(&b, "send path once; UDP_GRO: the receiver reads it at once; see engine.Config.NoGSO); the paths marked \"nogso\" run both without them,\n")
 	fmt.Fprintf(&b, "a datagram at a time (the bundler as the engine issue defines it). Loss: injected at the receivers (nakcast); the raw\n")
-	fmt.Fprintf(&b, "rows' loss is what the kernel dropped.\n")
+	fmt.Fprintf(&b, "rows' loss is what the kernel dropped. The %q rows (nogso paths) run the members with\n", invokedCase)
+	fmt.Fprintf(&b, "engine.ThreadingInvoked (each member's agent on its application goroutine: one goroutine a member, as the bundler's),\n")
+	fmt.Fprintf(&b, "the sender handing messages over 64 at a time (SendBatch) and not delivering its own (DiscardOwn), as the bundler's does not.\n")
 	fmt.Fprintf(&b, "msgs/s and MB/s are the slowest receiver's; latency is send (timestamp in the payload) to delivery under full load,\n")
 	fmt.Fprintf(&b, "so it is mostly queueing; `verified` means every member delivered the same messages (count and hash) in order.\n\n")
 	if netnsNote != "" {
@@ -135,10 +137,27 @@ func netnsResults(ctx context.Context, exe string, mtu int, sizes []int, members
 				}
 				rows = append(rows, bench.GroupRow(p, caseName(loss), rs, datagram))
 			}
+			if noGSO {
+				// The engine shaped like the bundler: one goroutine a
+				// member (ThreadingInvoked), messages handed over 64 at a
+				// time, the sender not delivering its own.
+				fmt.Fprintf(stderr, "%s nakcast %s invoked ...\n", p, bench.FormatBytes(size))
+				cfg := bench.MemberConfig{Members: members, MsgSize: size, Duration: duration, SampleEvery: sampleEvery(0, size), NoGSO: noGSO,
+					Threading: engine.ThreadingInvoked, SendBatch: 64, DiscardOwn: true}
+				rs, err := bench.RunNetns(ctx, bench.NetnsRunConfig{Member: cfg, Netns: ns, Exe: []string{exe, "member"}})
+				if len(rs) == 0 {
+					return rows, fmt.Errorf("nakcast %d B invoked: %w", size, err)
+				}
+				rows = append(rows, bench.GroupRow(p, invokedCase, rs, datagram))
+			}
 		}
 	}
 	return rows, nil
 }
+
+// invokedCase names the results rows of ThreadingInvoked members sending
+// with SendBatch and DiscardOwn.
+const invokedCase = "lossless, invoked+batch+discard-own"
 
 // loadAvg is the first three fields of /proc/loadavg.
 func loadAvg() string {
