@@ -129,23 +129,7 @@ func RunEnginePingPong(ctx context.Context, cfg EnginePingPongConfig) (PingPongL
 			runtime.Gosched()
 		}
 	}
-	if invoked {
-		quit, done := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				select {
-				case <-quit:
-					return
-				default:
-				}
-				if ms[1].DoWork() == 0 && cfg.Idle != engine.IdleSpin {
-					runtime.Gosched()
-				}
-			}
-		}()
-		defer func() { close(quit); <-done }()
-	}
+	defer DriveInvoked(ms[1], cfg.Idle == engine.IdleSpin)() // the answering side's loop
 	ping := make([]byte, cfg.MsgSize)
 	h := NewHistogram()
 	deadline := time.Now().Add(cfg.Timeout)

@@ -533,7 +533,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 	// goroutine until the run ends.
 	var stopDriving func()
 	if !cfg.sends() {
-		stopDriving = driveInvoked(m)
+		stopDriving = DriveInvoked(m, false)
 	}
 	if cfg.Start != nil {
 		select {
@@ -560,7 +560,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 				res.Sent, sendErr = sendMessages(ctx, runCtx, m, cfg, own)
 			}
 			res.SendNs = Nanotime() - res.SendStartNs
-			stopDriving = driveInvoked(m) // read after <-sendDone
+			stopDriving = DriveInvoked(m, false) // read after <-sendDone
 		}()
 	} else {
 		close(sendDone)
@@ -656,10 +656,13 @@ wait:
 // bundled and flushes the open bundle.
 const invokedWorkEvery = 1024
 
-// driveInvoked runs m's agent on a goroutine of the harness when m runs
-// with engine.ThreadingInvoked (DoWork in a loop, yielding when idle),
-// until the returned stop is called; otherwise it does nothing.
-func driveInvoked(m *engine.Member) (stop func()) {
+// DriveInvoked runs m's agent on a goroutine of its own when m runs with
+// engine.ThreadingInvoked: DoWork in a loop, yielding when a call found
+// nothing to do unless spin is set, until the returned stop is called
+// (stop waits for the goroutine; calling it again does nothing). For
+// another threading mode it does nothing. It is the application loop of
+// the harness's receivers and of the benchmarks' answering members.
+func DriveInvoked(m *engine.Member, spin bool) (stop func()) {
 	if m.Config().Threading != engine.ThreadingInvoked {
 		return func() {}
 	}
@@ -672,7 +675,7 @@ func driveInvoked(m *engine.Member) (stop func()) {
 				return
 			default:
 			}
-			if m.DoWork() == 0 {
+			if m.DoWork() == 0 && !spin {
 				runtime.Gosched()
 			}
 		}

@@ -183,23 +183,7 @@ func benchLoopback(b *testing.B, size int, o loopOpts) {
 		}
 	})
 	payload := make([]byte, size)
-	if o.invoked {
-		stop, done := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if ms[1].DoWork() == 0 {
-					runtime.Gosched()
-				}
-			}
-		}()
-		defer func() { close(stop); <-done }()
-	}
+	defer bench.DriveInvoked(ms[1], false)() // ThreadingInvoked: the receiver's loop
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -356,18 +340,8 @@ func BenchmarkEnginePingPong(b *testing.B) {
 		b.Run(idle.String(), func(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			raw, err := bench.RunRawPingPong(ctx, bench.PingPongConfig{Group: benchGroup(), Count: max(b.N, 100), Multicast: true, BusyPoll: idle == engine.IdleSpin})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ids := benchIDs(2)
-			pi := &pinger{peer: ids[1]}
-			po := &ponger{peer: ids[0], buf: make([]byte, 64)}
-			ms := openBench(b, ids, func(i int, c *engine.Config) {
-				c.Idle = idle
-				c.Handler = []engine.Handler{pi, po}[i]
-			})
-			po.m.Store(ms[1])
+			raw := rawPingPong(ctx, b, idle)
+			ms, pi := pingPongPair(b, func(c *engine.Config) { c.Idle = idle })
 			ping := make([]byte, 64)
 			warm := max(b.N/10, 10)
 			rtts := make([]time.Duration, 0, b.N)
@@ -396,10 +370,7 @@ func BenchmarkEnginePingPong(b *testing.B) {
 		b.Run(idle.String()+"/handlers", func(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			raw, err := bench.RunRawPingPong(ctx, bench.PingPongConfig{Group: benchGroup(), Count: max(b.N, 100), Multicast: true, BusyPoll: idle == engine.IdleSpin})
-			if err != nil {
-				b.Fatal(err)
-			}
+			raw := rawPingPong(ctx, b, idle)
 			ids := benchIDs(2)
 			warm := max(b.N/10, 10)
 			pi := &chainPinger{peer: ids[1], buf: make([]byte, 64), rtts: make([]time.Duration, 0, warm+b.N), done: make(chan struct{})}
@@ -435,34 +406,9 @@ func BenchmarkEnginePingPong(b *testing.B) {
 		b.Run(idle.String()+"/invoked", func(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			raw, err := bench.RunRawPingPong(ctx, bench.PingPongConfig{Group: benchGroup(), Count: max(b.N, 100), Multicast: true, BusyPoll: idle == engine.IdleSpin})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ids := benchIDs(2)
-			pi := &pinger{peer: ids[1]}
-			po := &ponger{peer: ids[0], buf: make([]byte, 64)}
-			ms := openBench(b, ids, func(i int, c *engine.Config) {
-				c.Threading = engine.ThreadingInvoked
-				c.Handler = []engine.Handler{pi, po}[i]
-			})
-			po.m.Store(ms[1])
-			stop := make(chan struct{})
-			ponged := make(chan struct{})
-			go func() {
-				defer close(ponged)
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					if ms[1].DoWork() == 0 && idle == engine.IdleYield {
-						runtime.Gosched()
-					}
-				}
-			}()
-			defer func() { close(stop); <-ponged }()
+			raw := rawPingPong(ctx, b, idle)
+			ms, pi := pingPongPair(b, func(c *engine.Config) { c.Threading = engine.ThreadingInvoked })
+			defer bench.DriveInvoked(ms[1], idle == engine.IdleSpin)()
 			ping := make([]byte, 64)
 			warm := max(b.N/10, 10)
 			rtts := make([]time.Duration, 0, b.N)
@@ -486,6 +432,31 @@ func BenchmarkEnginePingPong(b *testing.B) {
 			reportPingPong(b, rtts, raw)
 		})
 	}
+}
+
+// pingPongPair opens member A, whose pinger notes B's pongs, and member B,
+// whose ponger answers each of A's messages from its handler; mod sets
+// both configs.
+func pingPongPair(b *testing.B, mod func(c *engine.Config)) ([]*engine.Member, *pinger) {
+	ids := benchIDs(2)
+	pi := &pinger{peer: ids[1]}
+	po := &ponger{peer: ids[0], buf: make([]byte, 64)}
+	ms := openBench(b, ids, func(i int, c *engine.Config) {
+		mod(c)
+		c.Handler = []engine.Handler{pi, po}[i]
+	})
+	po.m.Store(ms[1])
+	return ms, pi
+}
+
+// rawPingPong runs the raw ping-pong a ping-pong variant is compared with:
+// as many round trips, the matching idle strategy (IdleSpin: busy polls).
+func rawPingPong(ctx context.Context, b *testing.B, idle engine.IdleStrategy) bench.PingPongResult {
+	raw, err := bench.RunRawPingPong(ctx, bench.PingPongConfig{Group: benchGroup(), Count: max(b.N, 100), Multicast: true, BusyPoll: idle == engine.IdleSpin})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return raw
 }
 
 // reportPingPong reports the p50 and p99 of rtts beside the raw ping-pong's.

@@ -80,52 +80,9 @@ func TestInvokedOneGoroutine(t *testing.T) {
 		ms[i] = m
 	}
 	require.Equal(t, base, runtime.NumGoroutine(), "no goroutine of the members runs between Open and Close")
-	recs := make([]*recorder, members)
-	for i := range recs {
-		recs[i] = newRecorder(members * perSender)
-	}
-	next := make([]int, members)
-	buf := make([]byte, 300)
-	deadline := time.Now().Add(60 * time.Second)
-	done := func() bool {
-		for _, r := range recs {
-			if r.total < members*perSender {
-				return false
-			}
-		}
-		return true
-	}
-	for !done() {
-		require.True(t, time.Now().Before(deadline), "no progress: delivered %d %d %d", recs[0].total, recs[1].total, recs[2].total)
-		work := 0
-		for k, m := range ms {
-			if next[k] < perSender {
-				p := buf[:16+next[k]%280]
-				fillPayload(p, k, next[k])
-				switch err := m.TrySend(p); {
-				case err == nil:
-					next[k]++
-					work++
-				case errors.Is(err, ErrBackPressure):
-				default:
-					require.NoError(t, err)
-				}
-			}
-			work += m.DoWork()
-			work += m.Poll(recs[k], 64)
-		}
-		if work == 0 {
-			runtime.Gosched()
-		}
-	}
-	for k := range ms {
-		h := expectedHash(perSender, func(i int) []byte { return payloadOf(k, i, 16+i%280) })
-		for i, r := range recs {
-			require.Empty(t, r.errs)
-			require.Equal(t, perSender, r.count[ms[k].Self()], "member %d sender %d", i, k)
-			require.Equal(t, h, r.hash[ms[k].Self()], "member %d sender %d", i, k)
-		}
-		require.NotZero(t, ms[k].Stats().Drops.Injected, "loss was injected")
+	sendPollOneGoroutine(t, ms, perSender, true)
+	for _, m := range ms {
+		require.NotZero(t, m.Stats().Drops.Injected, "loss was injected")
 	}
 	for i, err := range closeAll(t, ms, 10*time.Second) {
 		require.NoError(t, err, "close member %d", i)

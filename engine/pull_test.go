@@ -30,6 +30,23 @@ func TestTrySendPollOneGoroutine(t *testing.T) {
 		c.LossRate = 0.02
 		c.LossSeed = uint64(i + 10)
 	})
+	sendPollOneGoroutine(t, ms, perSender, false)
+	var bp uint64
+	for _, m := range ms {
+		bp += m.Stats().BackPressure
+	}
+	require.NotZero(t, bp, "the test must exercise back-pressure")
+	t.Logf("TrySend back-pressure refusals: %d", bp)
+}
+
+// sendPollOneGoroutine has every member of ms send perSender messages of
+// 16..295 bytes with TrySend and poll its deliveries, all on the calling
+// goroutine (which runs the members' agents too, DoWork, when doWork is
+// set), until every member delivered every message; then it checks each
+// sender's count and order-sensitive hash at every member.
+func sendPollOneGoroutine(t *testing.T, ms []*Member, perSender int, doWork bool) {
+	t.Helper()
+	members := len(ms)
 	recs := make([]*recorder, members)
 	for i := range recs {
 		recs[i] = newRecorder(members * perSender)
@@ -46,8 +63,8 @@ func TestTrySendPollOneGoroutine(t *testing.T) {
 		return true
 	}
 	for !done() {
-		require.True(t, time.Now().Before(deadline), "no progress: delivered %d %d %d", recs[0].total, recs[1].total, recs[2].total)
-		idle := true
+		require.True(t, time.Now().Before(deadline), "no progress: delivered %d of %d at member 0", recs[0].total, members*perSender)
+		work := 0
 		for k, m := range ms {
 			if next[k] < perSender {
 				p := buf[:16+next[k]%280]
@@ -55,21 +72,21 @@ func TestTrySendPollOneGoroutine(t *testing.T) {
 				switch err := m.TrySend(p); {
 				case err == nil:
 					next[k]++
-					idle = false
+					work++
 				case errors.Is(err, ErrBackPressure):
 				default:
 					require.NoError(t, err)
 				}
 			}
-			if m.Poll(recs[k], 64) > 0 {
-				idle = false
+			if doWork {
+				work += m.DoWork()
 			}
+			work += m.Poll(recs[k], 64)
 		}
-		if idle {
+		if work == 0 {
 			runtime.Gosched()
 		}
 	}
-	var bp uint64
 	for k := range ms {
 		h := expectedHash(perSender, func(i int) []byte { return payloadOf(k, i, 16+i%280) })
 		for i, r := range recs {
@@ -77,10 +94,7 @@ func TestTrySendPollOneGoroutine(t *testing.T) {
 			require.Equal(t, perSender, r.count[ms[k].Self()], "member %d sender %d", i, k)
 			require.Equal(t, h, r.hash[ms[k].Self()], "member %d sender %d", i, k)
 		}
-		bp += ms[k].Stats().BackPressure
 	}
-	require.NotZero(t, bp, "the test must exercise back-pressure")
-	t.Logf("TrySend back-pressure refusals: %d", bp)
 }
 
 func TestPollInPushModeReturnsZero(t *testing.T) {
