@@ -783,13 +783,13 @@ func (a *agent) drainSend(now time.Duration) int {
 // that runs DoWork next (the same one, usually). The agent and the
 // protocol lock are taken once a batch; for one message (TrySend) that
 // costs more than the ring's claim and publication, which TrySend keeps.
-// It takes the longest
-// prefix that flow control and the protocol accept and returns its length;
-// the caller queues the rest in the ring, which DoWork drains. A rate
-// limit, a full write batch (DoWork has not written for a while) or a
-// member not in a view leave it all to the ring. The clock is the last
-// iteration's: reading it per message would cost as much as the send.
-// Called with the agent owned and m.mu held.
+// It takes the longest prefix that flow control and the protocol accept
+// and returns its length; the caller queues the rest in the ring, which
+// DoWork drains. A rate limit, a full write batch (DoWork has not written
+// for a while) or a member not in a view leave it all to the ring. The
+// clock is the last iteration's (the protocol uses it for its idle
+// announcements and the bundle's age), not read again per batch. Called
+// with the agent owned and m.mu held.
 func (a *agent) sendDirect(pls [][]byte) int {
 	m := a.m
 	p := m.proto
