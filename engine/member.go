@@ -597,7 +597,9 @@ func (m *Member) Poll(h Handler, limit int) int {
 // when Close is called are discarded so that stability can progress. It
 // returns an error wrapping ctx's when the drain was cut short (the others
 // then exclude this member by failure detection); the member is closed
-// either way. Calling Close again returns the first result.
+// either way. Calling Close again returns the first result. It must not be
+// called from a Handler (nor, with ThreadingInvoked, from inside DoWork):
+// it waits for the agent, which is running the Handler.
 func (m *Member) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() {
 		m.drainCtx.Store(ctxHolder{ctx})
