@@ -92,6 +92,7 @@ type agent struct {
 	handoff   atomic.Bool
 	handedOff chan struct{}
 	lastNow   time.Duration // the last iteration's clock (sendDirect's)
+	deadline  time.Duration // the last iteration's next timer (WaitWork's)
 
 	// ThreadingDedicated
 	dedicated bool
@@ -238,6 +239,7 @@ func (a *agent) cycle() (work int, deadline time.Duration, finished bool) {
 		}
 	}
 	work, deadline, finished = a.iterate()
+	a.deadline = deadline
 	a.write(&a.rw)
 	if work > 0 {
 		m.signalDeliverable()

@@ -97,7 +97,8 @@
 // With Config.Threading = ThreadingInvoked no goroutine of the member runs
 // between Open and Close: the application runs the shared mode's
 // iteration itself by calling Member.DoWork in its own loop (Aeron's agent
-// invoker), typically beside TrySend and Poll, with its own idle strategy.
+// invoker), typically beside TrySend and Poll, with its own idle strategy
+// (Member.WaitWork sleeps until the agent has work).
 // A ping-pong then spins on one goroutine a side, as a raw UDP ping-pong
 // does, instead of an agent and an application goroutine a side. Send,
 // SendBatch, Receive and NextEvent run DoWork while they wait; Open (the

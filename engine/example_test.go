@@ -152,7 +152,8 @@ func ExampleMember_Poll() {
 // With ThreadingInvoked the application runs the member's agent itself:
 // one goroutine sends, runs DoWork (reads, repairs, timers, writes) and
 // polls, and no goroutine of the member runs beside it (Aeron's agent
-// invoker). A latency-sensitive loop spins instead of yielding.
+// invoker). Idle, the loop sleeps in WaitWork until a datagram, a message
+// or a timer needs the agent; a latency-sensitive loop spins instead.
 func ExampleMember_DoWork() {
 	m, err := engine.Open(context.Background(), engine.Config{
 		Group:     netip.MustParseAddrPort("239.255.77.4:45604"),
@@ -174,7 +175,7 @@ func ExampleMember_DoWork() {
 		n := m.Poll(printer{}, 16)
 		delivered += n
 		if work+n == 0 {
-			runtime.Gosched() // idle: the application's own strategy
+			m.WaitWork(time.Millisecond) // idle: sleep until there is work (or spin, yield...)
 		}
 	}
 	// Output:

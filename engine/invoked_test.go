@@ -305,3 +305,54 @@ func TestInvokedSendBatchDirect(t *testing.T) {
 	require.NotZero(t, ms[1].Stats().Drops.Injected)
 	t.Logf("direct %d of %d, retransmitted %d", st.SentDirect, n, st.Retransmitted)
 }
+
+// TestInvokedWaitWork: an invoked member's loop that calls WaitWork when
+// DoWork found nothing to do sleeps while the group is idle (it wakes for
+// timers, not thousands of times a millisecond as a spinning loop does)
+// and still delivers what arrives.
+func TestInvokedWaitWork(t *testing.T) {
+	rec := newRecorder(2)
+	ms := openGroup(t, 2, func(i int, c *Config) {
+		c.Threading = ThreadingInvoked
+		if i == 1 {
+			c.Handler = rec
+		}
+	})
+	d := startDriver(t)
+	d.add(ms[0])
+	var calls atomic.Int64
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			calls.Add(1)
+			if ms[1].DoWork() == 0 {
+				ms[1].WaitWork(time.Minute)
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	require.NoError(t, ms[0].TrySend([]byte("one")))
+	require.NoError(t, rec.waitFor(ctx, func() bool { return rec.total == 1 }))
+
+	// An idle window of 200 ms, measured (not waited on for anything):
+	// the loop wakes for the protocol's timers (every 10 ms or less) and
+	// the few control datagrams, where a spinning loop runs DoWork about
+	// a million times.
+	before := calls.Load()
+	time.Sleep(200 * time.Millisecond)
+	idle := calls.Load() - before
+	t.Logf("DoWork calls in 200 ms idle: %d", idle)
+	require.Less(t, idle, int64(5000))
+
+	require.NoError(t, ms[0].TrySend([]byte("two")))
+	require.NoError(t, rec.waitFor(ctx, func() bool { return rec.total == 2 }))
+	require.Empty(t, rec.errs)
+}

@@ -255,14 +255,38 @@ func (m *Member) DoWork() int {
 	return work
 }
 
+// WaitWork blocks the calling goroutine, with ThreadingInvoked, until the
+// agent has something to do: a datagram arrived (it is read, for the next
+// DoWork), a message was committed to the publication ring, a protocol
+// timer is due, Close began, or timeout passed. An application loop calls
+// it when DoWork returned 0 instead of spinning or sleeping blindly (the
+// IdleBlock of an invoked member). It returns at once in other modes,
+// while another goroutine runs the agent, when the last DoWork left a
+// bundle open (a TrySendBatch since), or for timeout <= 0.
+func (m *Member) WaitWork(timeout time.Duration) {
+	a := &m.ag
+	if !m.invoked() || timeout <= 0 || !a.owner.CompareAndSwap(0, 1) {
+		return
+	}
+	if a.nread == 0 && !a.unflushed {
+		a.block(min(a.deadline, m.now()+timeout))
+	}
+	a.owner.Store(0)
+}
+
 // driveOnce is a blocking call's wait step with ThreadingInvoked: one
-// DoWork, and a yield when it found nothing to do (or another goroutine
-// runs the agent).
+// DoWork and, when it found nothing to do, a short WaitWork (a yield if
+// another goroutine runs the agent).
 func (m *Member) driveOnce() {
 	if m.DoWork() == 0 {
+		m.WaitWork(driveWait)
 		runtime.Gosched()
 	}
 }
+
+// driveWait bounds a blocking call's WaitWork, so that it looks at its
+// own condition (ctx, room in the ring) at least this often.
+const driveWait = time.Millisecond
 
 // abort stops a member whose Open failed: no drain, no leave.
 func (m *Member) abort() {
