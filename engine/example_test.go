@@ -156,7 +156,7 @@ func ExampleMember_Poll() {
 // or a timer needs the agent; a latency-sensitive loop spins instead.
 func ExampleMember_DoWork() {
 	m, err := engine.Open(context.Background(), engine.Config{
-		Group:     netip.MustParseAddrPort("239.255.77.4:45604"),
+		Group:     netip.MustParseAddrPort("239.255.77.6:45606"),
 		Threading: engine.ThreadingInvoked,
 	})
 	if err != nil {
