@@ -533,11 +533,33 @@ func (a counterApp) setState(r io.Reader) error {
 // TestStateTransferLateJoiner: two members send while a third joins with
 // FetchState; its state (installed mid-stream) plus what it delivers after
 // equals the others' state: same count and hash per sender at the end.
-func TestStateTransferLateJoiner(t *testing.T) {
+func TestStateTransferLateJoiner(t *testing.T) { testStateTransferLateJoiner(t, ThreadingShared) }
+
+// TestInvokedStateTransferLateJoiner is TestStateTransferLateJoiner with
+// ThreadingInvoked members, whose agents an application goroutine runs
+// (the joiner's once Open has joined and installed the state on a
+// goroutine of its own).
+func TestInvokedStateTransferLateJoiner(t *testing.T) {
+	testStateTransferLateJoiner(t, ThreadingInvoked)
+}
+
+func testStateTransferLateJoiner(t *testing.T, thr Threading) {
 	const perSender = 3000
 	base := runtime.NumGoroutine()
+	var d *driver
+	if thr == ThreadingInvoked {
+		d = startDriver(t)
+	}
+	open := func(g netip.AddrPort, i int, mod func(int, *Config)) *Member {
+		m := openOne(t, g, i, mod)
+		if d != nil {
+			d.add(m)
+		}
+		return m
+	}
 	apps := []counterApp{{newRecorder(-1)}, {newRecorder(-1)}, {newRecorder(-1)}}
 	mod := func(i int, c *Config) {
+		c.Threading = thr
 		// Paced senders (about 1s of traffic), so that the join and the
 		// transfer happen while messages flow.
 		c.RateLimit = 200_000
@@ -548,7 +570,7 @@ func TestStateTransferLateJoiner(t *testing.T) {
 		c.FetchState = true
 	}
 	g := testGroup()
-	ms := []*Member{openOne(t, g, 0, mod), openOne(t, g, 1, mod)}
+	ms := []*Member{open(g, 0, mod), open(g, 1, mod)}
 	defer func() { closeInOrder(t, ms) }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -567,7 +589,7 @@ func TestStateTransferLateJoiner(t *testing.T) {
 	}
 	// Join while traffic flows.
 	require.NoError(t, apps[0].waitFor(ctx, func() bool { return apps[0].total >= perSender/2 }))
-	ms = append(ms, openOne(t, g, 2, mod))
+	ms = append(ms, open(g, 2, mod))
 	joinedAt := ms[2].Stats().Delivered
 	wg.Wait()
 	for i, a := range apps {
@@ -600,5 +622,8 @@ func TestStateTransferLateJoiner(t *testing.T) {
 	}), "the providers saw the transfers complete: %+v\n%+v", ms[0].Stats().Membership, ms[1].Stats().Membership)
 	closeInOrder(t, ms)
 	ms = nil
+	if d != nil {
+		d.halt()
+	}
 	checkNoLeak(t, base)
 }
