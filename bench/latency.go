@@ -129,7 +129,7 @@ func RunEnginePingPong(ctx context.Context, cfg EnginePingPongConfig) (PingPongL
 			runtime.Gosched()
 		}
 	}
-	defer DriveInvoked(ms[1], cfg.Idle == engine.IdleSpin)() // the answering side's loop
+	defer DriveInvoked(ms[1], cfg.Idle)() // the answering side's loop
 	ping := make([]byte, cfg.MsgSize)
 	h := NewHistogram()
 	deadline := time.Now().Add(cfg.Timeout)

@@ -533,7 +533,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 	// goroutine until the run ends.
 	var stopDriving func()
 	if !cfg.sends() {
-		stopDriving = DriveInvoked(m, false)
+		stopDriving = DriveInvoked(m, cfg.Idle)
 	}
 	if cfg.Start != nil {
 		select {
@@ -560,7 +560,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 				res.Sent, sendErr = sendMessages(ctx, runCtx, m, cfg, own)
 			}
 			res.SendNs = Nanotime() - res.SendStartNs
-			stopDriving = DriveInvoked(m, false) // read after <-sendDone
+			stopDriving = DriveInvoked(m, cfg.Idle) // read after <-sendDone
 		}()
 	} else {
 		close(sendDone)
@@ -657,25 +657,38 @@ wait:
 const invokedWorkEvery = 1024
 
 // DriveInvoked runs m's agent on a goroutine of its own when m runs with
-// engine.ThreadingInvoked: DoWork in a loop, yielding when a call found
-// nothing to do unless spin is set, until the returned stop is called
-// (stop waits for the goroutine; calling it again does nothing). For
-// another threading mode it does nothing. It is the application loop of
-// the harness's receivers and of the benchmarks' answering members.
-func DriveInvoked(m *engine.Member, spin bool) (stop func()) {
+// engine.ThreadingInvoked, until the returned stop is called (stop waits
+// for the goroutine; calling it again does nothing): DoWork in a loop,
+// idling between calls that found nothing to do as idle says (IdleSpin:
+// not at all; IdleYield: runtime.Gosched; IdleBlock: yields for the first
+// blockAfterIdle of them in a row, then WaitWork, which sleeps until the
+// agent has work). For another threading mode it does nothing. It is the
+// application loop of the harness's receivers and of the benchmarks'
+// answering members.
+func DriveInvoked(m *engine.Member, idle engine.IdleStrategy) (stop func()) {
 	if m.Config().Threading != engine.ThreadingInvoked {
 		return func() {}
 	}
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
+		idles := 0
 		for {
 			select {
 			case <-quit:
 				return
 			default:
 			}
-			if m.DoWork() == 0 && !spin {
+			if m.DoWork() > 0 {
+				idles = 0
+				continue
+			}
+			idles++
+			switch {
+			case idle == engine.IdleSpin:
+			case idle == engine.IdleBlock && idles > blockAfterIdle:
+				m.WaitWork(time.Millisecond)
+			default:
 				runtime.Gosched()
 			}
 		}
@@ -683,6 +696,11 @@ func DriveInvoked(m *engine.Member, spin bool) (stop func()) {
 	var once sync.Once
 	return func() { once.Do(func() { close(quit); <-done }) }
 }
+
+// blockAfterIdle is how many idle DoWork calls in a row DriveInvoked
+// yields through before it sleeps in WaitWork (IdleBlock): tens of
+// microseconds, as the engine's own IdleBlock yields for 50 us.
+const blockAfterIdle = 64
 
 // ownRecord is where a DiscardOwn sender records its own stream (nil
 // otherwise: the handler records it on delivery).

@@ -183,7 +183,7 @@ func benchLoopback(b *testing.B, size int, o loopOpts) {
 		}
 	})
 	payload := make([]byte, size)
-	defer bench.DriveInvoked(ms[1], false)() // ThreadingInvoked: the receiver's loop
+	defer bench.DriveInvoked(ms[1], engine.IdleYield)() // ThreadingInvoked: the receiver's loop
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -408,7 +408,7 @@ func BenchmarkEnginePingPong(b *testing.B) {
 			defer cancel()
 			raw := rawPingPong(ctx, b, idle)
 			ms, pi := pingPongPair(b, func(c *engine.Config) { c.Threading = engine.ThreadingInvoked })
-			defer bench.DriveInvoked(ms[1], idle == engine.IdleSpin)()
+			defer bench.DriveInvoked(ms[1], idle)()
 			ping := make([]byte, 64)
 			warm := max(b.N/10, 10)
 			rtts := make([]time.Duration, 0, b.N)
