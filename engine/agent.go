@@ -62,14 +62,18 @@ type agent struct {
 	lastTraffic time.Duration // last iteration that received, sent or delivered
 	lagging     bool          // an EventLagging episode is open
 	protoFull   bool          // the protocol refused the last Send (retention window full)
-	lingerUntil time.Duration // drained: exit at this time
-	bundleAt    time.Duration // when the open bundle got its first message
-	cum         []uint64      // cumulative payload bytes sent, by own seqno & cumMask
-	cumMask     uint64
-	sentBytes   uint64  // payload bytes handed to the protocol
-	lastSeq     uint64  // highest own seqno
-	tokens      float64 // rate limit bucket, bytes
-	tokensAt    time.Duration
+	// fullLow and fullRecv are the protocol's OwnLow and GroupReceived when
+	// it last refused (or flow control held): with ThreadingDedicated the
+	// receiver goroutine wakes the sender only once one of them moved.
+	fullLow, fullRecv uint64
+	lingerUntil       time.Duration // drained: exit at this time
+	bundleAt          time.Duration // when the open bundle got its first message
+	cum               []uint64      // cumulative payload bytes sent, by own seqno & cumMask
+	cumMask           uint64
+	sentBytes         uint64  // payload bytes handed to the protocol
+	lastSeq           uint64  // highest own seqno
+	tokens            float64 // rate limit bucket, bytes
+	tokensAt          time.Duration
 
 	// membership (dynamic membership only)
 	started   atomic.Bool // the goroutine was started
@@ -474,7 +478,11 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	// when the protocol refused, and this iteration may have made some).
 	if !a.dedicated {
 		work += a.drainSend(now)
-	} else if a.protoFull {
+	} else if a.protoFull && (p.OwnLow() != a.fullLow || p.GroupReceived() != a.fullRecv) {
+		// Room may have been made (a purge, or the receivers read more):
+		// wake the sender. Waking it every iteration while nothing moved
+		// made it rescan its polled run and be refused again: 21 scans a
+		// message sent in EngineLoopback/64B/block/dedicated.
 		a.signalSender()
 	}
 
@@ -694,6 +702,7 @@ func (a *agent) drainSend(now time.Duration) int {
 						m.ctr.flowControlWaits.Add(1)
 						a.protoFull = true
 					}
+					a.noteFull()
 					held = true
 					break
 				}
@@ -753,6 +762,7 @@ func (a *agent) drainSend(now time.Duration) int {
 				m.ctr.protocolBackPressure.Add(1)
 				a.protoFull = true
 			}
+			a.noteFull()
 			return work + a.flushHeld(now)
 		}
 		if held {
@@ -841,6 +851,13 @@ func (a *agent) sendDirect(pls [][]byte) int {
 		}
 	}
 	return n
+}
+
+// noteFull records where the protocol stood when it refused (or flow
+// control held): see fullLow.
+func (a *agent) noteFull() {
+	p := a.m.proto
+	a.fullLow, a.fullRecv = p.OwnLow(), p.GroupReceived()
 }
 
 // giveTokens returns the rate-limit tokens taken for messages the protocol
@@ -1090,6 +1107,12 @@ func (a *agent) sendIterate() (work int, retry time.Duration) {
 		// The rate limit holds the ring (the protocol and flow control
 		// would have set protoFull and wait for a signal instead).
 		retry = rateLimitRetry
+	} else if held && a.protoFull {
+		// Waiting for the receiver goroutine's signal (room made); look
+		// again after a while anyway: a refusal for want of a pool buffer
+		// ends with a release, which moves neither OwnLow nor
+		// GroupReceived.
+		retry = protoFullRetry
 	}
 	return 0, retry
 }
@@ -1097,6 +1120,10 @@ func (a *agent) sendIterate() (work int, retry time.Duration) {
 // rateLimitRetry is how often a dedicated sender held by the rate limit
 // looks again.
 const rateLimitRetry = 200 * time.Microsecond
+
+// protoFullRetry is how often a dedicated sender refused by the protocol
+// looks again without a signal.
+const protoFullRetry = time.Millisecond
 
 // idleAfter is how long without traffic makes the agent idle, and
 // idleTick how often an idle agent wakes for periodic protocol timers.

@@ -271,6 +271,11 @@ func (p *Protocol) onStability(h wire.Header, body []byte, now time.Duration) er
 	return nil
 }
 
+// OwnLow is the own window's purge point: every own seqno at or below it
+// is stable and released. Send takes seqnos up to OwnLow plus the window's
+// capacity, so room for it is made only when OwnLow moves.
+func (p *Protocol) OwnLow() uint64 { return p.own.low() }
+
 // GroupReceived returns how far every other member of the view has read
 // this member's own messages: the minimum over the view of the highest own
 // seqno each member reported as received (STABLE's Received, folded by the
