@@ -27,7 +27,9 @@ type EnginePingPongConfig struct {
 	// engine.ThreadingInvoked the pinging goroutine runs its member's
 	// agent (DoWork) while it waits for each pong, and one goroutine runs
 	// the other's, whose handler answers: two goroutines, as in the raw
-	// ping-pong (IdleSpin: spinning; otherwise yielding when idle).
+	// ping-pong. Between idle DoWork calls both spin (IdleSpin) or yield;
+	// with IdleBlock the answering side sleeps in WaitWork after a burst
+	// of yields (DriveInvoked).
 	Threading engine.Threading
 	// Timeout bounds the run (default 60 s).
 	Timeout time.Duration
