@@ -728,31 +728,9 @@ func (a *agent) drainSend(now time.Duration) int {
 			a.pendI++
 			continue
 		}
-		q := m.q
-		sent, last, cum, cmask := a.sentBytes, a.lastSeq, a.cum, a.cumMask
-		for j, pl := range pls[:n] {
-			sent += uint64(len(pl))
-			last++
-			cum[last&cmask] = sent
-			if q.isBig(pl) {
-				q.release(pl)
-				pls[j] = nil
-			}
-		}
-		a.sentBytes, a.lastSeq = sent, last
-		for last := p.NextSeq() - 1; a.lastSeq < last; { // fragments
-			a.lastSeq++
-			a.cum[a.lastSeq&a.cumMask] = a.sentBytes
-		}
+		a.noteSent(pls[:n], true, now)
 		a.pendI += n
 		work += n
-		if n > 0 {
-			a.sending = true
-			a.protoFull = false
-			if !a.unflushed {
-				a.unflushed, a.bundleAt = true, now
-			}
-		}
 		if n < len(pls) {
 			// The protocol's retention window is full (or no buffer):
 			// retry once stability purges, after a datagram or a timer,
@@ -832,25 +810,41 @@ func (a *agent) sendDirect(pls [][]byte) int {
 	if err != nil && !errors.Is(err, nakack.ErrBackPressure) {
 		return 0 // the ring's path counts and drops it
 	}
+	a.noteSent(pls[:n], false, now)
+	return n
+}
+
+// noteSent records pls as taken by the protocol: their cumulative bytes by
+// own seqno (a fragmented message's for each of its fragments), which
+// flow control subtracts from; the open bundle's start; that this member
+// is sending. ring says pls are the publication ring's payloads, whose
+// out-of-line buffers go back to their free lists now that the protocol
+// has copied them (sendDirect's are the caller's).
+func (a *agent) noteSent(pls [][]byte, ring bool, now time.Duration) {
+	if len(pls) == 0 {
+		return
+	}
+	q := a.m.q
 	sent, last, cum, cmask := a.sentBytes, a.lastSeq, a.cum, a.cumMask
-	for _, pl := range pls[:n] {
+	for j, pl := range pls {
 		sent += uint64(len(pl))
 		last++
 		cum[last&cmask] = sent
+		if ring && q.isBig(pl) {
+			q.release(pl)
+			pls[j] = nil
+		}
 	}
 	a.sentBytes, a.lastSeq = sent, last
-	for last := p.NextSeq() - 1; a.lastSeq < last; { // fragments
+	for last := a.m.proto.NextSeq() - 1; a.lastSeq < last; { // fragments
 		a.lastSeq++
 		a.cum[a.lastSeq&a.cumMask] = a.sentBytes
 	}
-	if n > 0 {
-		a.sending = true
-		a.protoFull = false
-		if !a.unflushed {
-			a.unflushed, a.bundleAt = true, now
-		}
+	a.sending = true
+	a.protoFull = false
+	if !a.unflushed {
+		a.unflushed, a.bundleAt = true, now
 	}
-	return n
 }
 
 // noteFull records where the protocol stood when it refused (or flow
