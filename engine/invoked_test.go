@@ -213,8 +213,7 @@ func waitViewSizeDriven(t testing.TB, ctx context.Context, m *Member, n int) {
 }
 
 // TestDoWorkOnlyInvoked: DoWork does nothing unless the member runs with
-// ThreadingInvoked; two goroutines calling it at once take turns (the
-// race detector checks the agent's state is never shared).
+// ThreadingInvoked; two goroutines calling it at once take turns.
 func TestDoWorkOnlyInvoked(t *testing.T) {
 	ms := openGroup(t, 2, func(i int, c *Config) {
 		if i == 1 {
@@ -222,20 +221,44 @@ func TestDoWorkOnlyInvoked(t *testing.T) {
 		}
 	})
 	require.Zero(t, ms[0].DoWork())
+	// Two goroutines run member 1's agent at once until its application
+	// has polled member 0's message: they take turns (the race detector
+	// checks that the agent's state is never shared) and between them
+	// they read it.
+	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var work atomic.Int64
 	for range 2 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range 2000 {
-				work.Add(int64(ms[1].DoWork()))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if n := ms[1].DoWork(); n > 0 {
+					work.Add(int64(n))
+				} else {
+					runtime.Gosched()
+				}
 			}
 		}()
 	}
 	require.NoError(t, ms[0].TrySend([]byte("x")))
+	var c copier
+	deadline := time.Now().Add(30 * time.Second)
+	for !c.got && time.Now().Before(deadline) {
+		if ms[1].Poll(&c, 1) == 0 {
+			runtime.Gosched()
+		}
+	}
+	close(stop)
 	wg.Wait()
-	require.Equal(t, "invoked", ThreadingInvoked.String())
+	require.True(t, c.got, "member 1 never received the message")
+	require.Equal(t, "x", string(c.msg.Payload))
+	require.Positive(t, work.Load())
 }
 
 // TestInvokedSendBatchDirect: with ThreadingInvoked, TrySendBatch writes
