@@ -379,3 +379,53 @@ func TestInvokedWaitWork(t *testing.T) {
 	require.NoError(t, rec.waitFor(ctx, func() bool { return rec.total == 2 }))
 	require.Empty(t, rec.errs)
 }
+
+// TestInvokedStreamingFlush: an invoked member flushes its open bundle at
+// the DoWork after a lone message or a trickle (no wait for a message
+// sent alone), and holds it for one DoWork when the application sent a
+// datagram's worth or more since the last one (streaming): full datagrams,
+// not one short datagram a DoWork. The next DoWork that finds nothing new
+// flushes what is held.
+func TestInvokedStreamingFlush(t *testing.T) {
+	ms := openGroup(t, 2, func(i int, c *Config) {
+		c.Threading = ThreadingInvoked
+		c.MaxDatagram = 1500
+	})
+	d := startDriver(t)
+	d.add(ms[1])
+	m := ms[0]
+	// Settle: the first DoWork calls after Open carry the member's own
+	// control traffic; only data datagrams (Stats.Bundles) count here.
+	for range 10 {
+		m.DoWork()
+	}
+	bundles := func() uint64 { return m.Stats().Bundles }
+	p := make([]byte, 64)
+
+	b0 := bundles()
+	require.NoError(t, m.TrySend(p))
+	m.DoWork()
+	require.Equal(t, b0+1, bundles(), "a lone message goes at the first DoWork")
+
+	b0 = bundles()
+	for range 5 {
+		require.NoError(t, m.TrySend(p))
+	}
+	m.DoWork()
+	require.Equal(t, b0+1, bundles(), "a trickle goes at the first DoWork")
+
+	// 100 messages of 64 B fill 1500 B datagrams several times over.
+	batch := make([][]byte, 100)
+	for i := range batch {
+		batch[i] = p
+	}
+	b0 = bundles()
+	k, err := m.TrySendBatch(batch)
+	require.NoError(t, err)
+	require.Equal(t, len(batch), k)
+	m.DoWork()
+	full := bundles() - b0
+	require.NotZero(t, full, "the full datagrams went, the rest is held")
+	m.DoWork()
+	require.Equal(t, b0+full+1, bundles(), "the held bundle goes at the next DoWork that finds nothing new")
+}

@@ -362,6 +362,10 @@ func (p *Protocol) NextSeq() uint64 { return p.nextSeq }
 // Stats returns a copy of the counters.
 func (p *Protocol) Stats() Stats { return p.stats }
 
+// Bundles returns Stats().Bundles, the data datagrams emitted so far,
+// without copying the counters.
+func (p *Protocol) Bundles() uint64 { return p.stats.Bundles }
+
 // History returns the digest history (for diagnostics).
 func (p *Protocol) History() *digest.History { return p.history }
 
