@@ -434,3 +434,52 @@ func BenchmarkMPSC(b *testing.B) {
 		run(b, newMapPublication[msg](benchCapacity))
 	})
 }
+
+// BenchmarkPublication: the engine's send path on the publication ring,
+// one message a claim. "spsc": one producer goroutine claims and commits
+// while the benchmark goroutine polls batches of up to 64 (TrySend beside
+// the agent); "inline": the same goroutine commits 64 and polls them
+// (TrySend and DoWork on one goroutine, ThreadingInvoked).
+func BenchmarkPublication(b *testing.B) {
+	b.Run("spsc", func(b *testing.B) {
+		p, _ := NewPublication[msg](benchCapacity)
+		n := b.N
+		b.ReportAllocs()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for range n {
+				seq, ok := p.TryClaim(1)
+				for !ok {
+					runtime.Gosched()
+					seq, ok = p.TryClaim(1)
+				}
+				p.Commit(seq, msg{benchBuf, int(seq)})
+			}
+		})
+		dst := make([]msg, 64)
+		for got := 0; got < n; {
+			_, k := p.Poll(dst)
+			if k == 0 {
+				runtime.Gosched()
+			}
+			got += k
+		}
+		wg.Wait()
+		reportMsgs(b)
+	})
+	b.Run("inline", func(b *testing.B) {
+		p, _ := NewPublication[msg](benchCapacity)
+		b.ReportAllocs()
+		dst := make([]msg, 64)
+		for i := 0; i < b.N; {
+			k := min(64, b.N-i)
+			for range k {
+				seq, _ := p.TryClaim(1)
+				p.Commit(seq, msg{benchBuf, int(seq)})
+			}
+			p.Poll(dst[:k])
+			i += k
+		}
+		reportMsgs(b)
+	})
+}

@@ -92,7 +92,7 @@ func (p *Publication[T]) Commit(seq uint64, v T) {
 	s := &p.slots[seq&p.mask]
 	s.v = v
 	s.run = 1
-	s.seq.Store(seq) // release: Poll reads v after seeing seq
+	storeRelease(&s.seq, seq) // release: Poll reads v after seeing seq
 }
 
 // TryClaimUpTo claims min(n, free) consecutive seqnos at once (at least
