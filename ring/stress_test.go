@@ -374,6 +374,70 @@ func TestPublicationRunStress(t *testing.T) {
 	require.Equal(t, 0, p.Len())
 }
 
+// TestPublicationExclusiveStress: one producer claims with
+// TryClaimExclusive (runs of 1..4, committed in random order) and
+// TryClaimUpToExclusive (up to 40, published as runs), handing the role
+// of producer to another goroutine now and then (over a channel: one at a
+// time, ordered), while the consumer polls into buffers of random length.
+// Every seqno arrives exactly once, in order, with its value.
+func TestPublicationExclusiveStress(t *testing.T) {
+	total := stressCount()
+	p, err := NewPublication[uint64](64)
+	require.NoError(t, err)
+	var f failure
+	var finished atomic.Int32
+	type turn struct{ remaining uint64 }
+	baton := make(chan turn, 1)
+	baton <- turn{total}
+	var wg sync.WaitGroup
+	const producers = 3
+	for id := range producers {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(id), 5))
+			var order [4]uint64
+			for tn := range baton {
+				for steps := 1 + rng.IntN(200); tn.remaining > 0 && steps > 0 && !f.abort.Load(); steps-- {
+					if rng.IntN(2) == 0 {
+						n := min(1+rng.Uint64N(4), tn.remaining)
+						first, ok := p.TryClaimExclusive(int(n))
+						if !ok {
+							runtime.Gosched()
+							continue
+						}
+						commitShuffled(p, rng, first, order[:n])
+						tn.remaining -= n
+						continue
+					}
+					first, k, ok := p.TryClaimUpToExclusive(int(min(1+rng.Uint64N(40), tn.remaining)))
+					if !ok {
+						runtime.Gosched()
+						continue
+					}
+					for i := range uint64(k) {
+						p.Put(first+i, val(first+i))
+					}
+					p.PublishRun(first, k)
+					tn.remaining -= uint64(k)
+				}
+				if tn.remaining == 0 || f.abort.Load() {
+					finished.Store(1)
+					close(baton)
+					return
+				}
+				baton <- tn
+			}
+		})
+	}
+	rng := rand.New(rand.NewPCG(98, 98))
+	dst := make([]uint64, 64)
+	expect := pollAll(p, total, &f, func() bool { return finished.Load() == 1 },
+		func() []uint64 { return dst[:1+rng.IntN(len(dst))] })
+	wg.Wait()
+	require.NoError(t, f.err)
+	require.Equal(t, total+1, expect)
+	require.Equal(t, 0, p.Len())
+}
+
 // pollAll is the stress tests' consumer: it polls p into buf() until it has
 // seqnos 1..want, checking that they come in order with their values
 // (val), and returns the next seqno expected (want+1 when complete). done
