@@ -122,6 +122,12 @@ func BenchmarkEngineLoopback(b *testing.B) {
 		b.Run(fmt.Sprintf("%dB/block/discardown", size), func(b *testing.B) {
 			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, discardOwn: true})
 		})
+		// The benchmark goroutine is the only one that sends
+		// (Config.ExclusiveSender): the ring claims without a
+		// compare-and-swap.
+		b.Run(fmt.Sprintf("%dB/block/exclusive", size), func(b *testing.B) {
+			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, exclusive: true})
+		})
 		// The application sends with SendBatch, 64 messages a call, like
 		// the raw baseline's sender, which fills a datagram at a time.
 		b.Run(fmt.Sprintf("%dB/block/batch", size), func(b *testing.B) {
@@ -131,9 +137,10 @@ func BenchmarkEngineLoopback(b *testing.B) {
 			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, batch: 64, discardOwn: true})
 		})
 		// ThreadingInvoked: the sending goroutine runs its member's agent
-		// (DoWork every 1024 messages and under back-pressure) and TrySend
-		// writes into the bundle directly; a second goroutine runs the
-		// receiver's: two goroutines, as in the raw baseline.
+		// (DoWork every 1024 messages and under back-pressure);
+		// TrySendBatch writes into the bundle directly (TrySend goes
+		// through the ring); a second goroutine runs the receiver's: two
+		// goroutines, as in the raw baseline.
 		b.Run(fmt.Sprintf("%dB/invoked", size), func(b *testing.B) {
 			benchLoopback(b, size, loopOpts{invoked: true})
 		})
@@ -156,6 +163,7 @@ type loopOpts struct {
 	discardOwn bool
 	batch      int
 	invoked    bool
+	exclusive  bool // the sender's Config.ExclusiveSender
 }
 
 // benchLoopback runs one configuration.
@@ -180,6 +188,7 @@ func benchLoopback(b *testing.B, size int, o loopOpts) {
 			c.LossRate = o.loss
 		} else {
 			c.DiscardOwn = o.discardOwn
+			c.ExclusiveSender = o.exclusive
 		}
 	})
 	payload := make([]byte, size)

@@ -289,6 +289,19 @@ type Config struct {
 	// arenas are 2 * RingCapacity * (InlineSize + 128) bytes: payloads up to
 	// 128 bytes live in a compact arena of their own.
 	InlineSize int
+	// ExclusiveSender promises that one goroutine at a time calls this
+	// member's send methods (Send, TrySend, SendBatch, TrySendBatch,
+	// TryClaim), handlers that send included: a single sending goroutine,
+	// or several ordered by a lock or a channel. The publication ring then
+	// claims slots with a plain load and store instead of an atomic
+	// compare-and-swap (Aeron's ExclusivePublication): TrySend of a small
+	// message costs about half as much on the sending goroutine (ring
+	// benchmark: 6.5 instead of 14.5 ns a message) and the agent gets more
+	// of the CPU. Breaking the promise loses messages (two concurrent
+	// sends can take the same slot); the race detector reports it as a
+	// data race on the ring. Default false: any number of goroutines may
+	// send concurrently.
+	ExclusiveSender bool
 	// MaxMessage is the largest message Send accepts (default 16 MiB, or
 	// less when a smaller Window cannot hold that many fragments: a whole
 	// message must fit in half the window).

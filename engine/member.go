@@ -142,7 +142,7 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 	if cfg.Threading == ThreadingDedicated {
 		wake = m.wakeSender
 	}
-	m.q, err = newSendQueue(cfg.RingCapacity, cfg.InlineSize, wake)
+	m.q, err = newSendQueue(cfg.RingCapacity, cfg.InlineSize, cfg.ExclusiveSender, wake)
 	if err != nil {
 		tr.Close()
 		return nil, fmt.Errorf("open: %w", err)

@@ -154,17 +154,22 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 		size  int
 		thr   Threading
 		batch bool // SendBatch in batches of 64 instead of TrySend
-	}{{64, ThreadingShared, false}, {1024, ThreadingShared, false}, {64, ThreadingDedicated, false}, {1024, ThreadingDedicated, false},
-		{64, ThreadingShared, true}, {1024, ThreadingDedicated, true},
-		{64, ThreadingInvoked, false}, {64, ThreadingInvoked, true}} {
+		excl  bool // Config.ExclusiveSender
+	}{{64, ThreadingShared, false, false}, {1024, ThreadingShared, false, false}, {64, ThreadingDedicated, false, false}, {1024, ThreadingDedicated, false, false},
+		{64, ThreadingShared, true, false}, {1024, ThreadingDedicated, true, false},
+		{64, ThreadingInvoked, false, false}, {64, ThreadingInvoked, true, false},
+		{64, ThreadingShared, false, true}, {64, ThreadingShared, true, true}} {
 		size := tc.size
 		name := map[int]string{64: "64B", 1024: "1KiB"}[size] + "/" + tc.thr.String()
 		if tc.batch {
 			name += "/batch"
 		}
+		if tc.excl {
+			name += "/exclusive"
+		}
 		t.Run(name, func(t *testing.T) {
 			cs := []*counter{{}, {}}
-			ms := openGroup(t, 2, func(i int, c *Config) { c.Handler = cs[i]; c.Threading = tc.thr })
+			ms := openGroup(t, 2, func(i int, c *Config) { c.Handler = cs[i]; c.Threading = tc.thr; c.ExclusiveSender = tc.excl })
 			payload := make([]byte, size)
 			const batch = 5000
 			ps := make([][]byte, 64)

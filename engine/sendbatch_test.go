@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,4 +109,97 @@ func TestTrySendBatchFullRing(t *testing.T) {
 	require.Empty(t, rec.errs)
 	require.Equal(t, expectedHash(24, func(i int) []byte { return payloadOf(0, i, 10) }), rec.hash[s.Self()])
 	require.GreaterOrEqual(t, s.Stats().BackPressure, uint64(2))
+}
+
+// TestExclusiveSender: with Config.ExclusiveSender the sending goroutine
+// (one at a time; here the role passes between goroutines over a channel)
+// mixes TrySend, SendBatch and TryClaim/Commit/Abort, with 5% loss at the
+// receiver: both members deliver every message exactly once, in order.
+func TestExclusiveSender(t *testing.T) {
+	n := 20000
+	if raceEnabled {
+		n = 3000
+	}
+	rec := newRecorder(n)
+	own := newRecorder(n)
+	ms := openGroup(t, 2, func(i int, c *Config) {
+		c.ExclusiveSender = true
+		c.RingCapacity = 256
+		c.MaxDatagram = 8192
+		c.Handler = own
+		if i == 1 {
+			c.Handler = rec
+			c.LossRate = 0.05
+			c.LossSeed = 11
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	size := func(i int) int { return 16 + i*13%1500 }
+	baton := make(chan int, 1)
+	baton <- 0
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Go(func() {
+			batch := make([][]byte, 0, 17)
+			abort := true
+			for i := range baton {
+				for end := min(n, i+1+(i*7+g)%500); i < end; {
+					switch i % 3 {
+					case 0:
+						if ms[0].TrySend(payloadOf(0, i, size(i))) == nil {
+							i++
+						} else {
+							runtime.Gosched()
+						}
+					case 1:
+						batch = batch[:0]
+						for k := 0; k < 1+i%17 && i+k < end; k++ {
+							batch = append(batch, payloadOf(0, i+k, size(i+k)))
+						}
+						k, err := ms[0].SendBatch(ctx, batch)
+						if err != nil {
+							t.Error(err)
+							close(done)
+							return
+						}
+						i += k
+					default:
+						c, err := ms[0].TryClaim(size(i))
+						if err != nil {
+							runtime.Gosched()
+							continue
+						}
+						if abort = !abort; abort {
+							c.Abort() // nothing is sent for it
+							continue
+						}
+						fillPayload(c.Buf, 0, i)
+						c.Commit()
+						i++
+					}
+				}
+				if i == n {
+					close(done)
+					return
+				}
+				baton <- i
+			}
+		})
+	}
+	<-done
+	close(baton)
+	wg.Wait()
+	require.NoError(t, rec.waitFor(ctx, func() bool { return rec.total >= n }))
+	require.NoError(t, own.waitFor(ctx, func() bool { return own.total >= n }))
+	h := expectedHash(n, func(i int) []byte { return payloadOf(0, i, size(i)) })
+	for _, r := range []*recorder{rec, own} {
+		r.mu.Lock()
+		require.Empty(t, r.errs)
+		require.Equal(t, n, r.count[ms[0].Self()])
+		require.Equal(t, h, r.hash[ms[0].Self()])
+		r.mu.Unlock()
+	}
+	require.NotZero(t, ms[1].Stats().Drops.Injected)
 }

@@ -59,6 +59,9 @@ type sendQueue struct {
 	inline int
 	amask  uint64
 	big    []bigClass // class c holds *[]byte of cap 1<<c
+	// exclusive: one producer at a time (Config.ExclusiveSender), which
+	// claims without an atomic read-modify-write.
+	exclusive bool
 
 	// parked is set by the agent before it blocks in the kernel; a
 	// producer that commits while it is set wakes the agent.
@@ -66,7 +69,7 @@ type sendQueue struct {
 	wake   func()
 }
 
-func newSendQueue(capacity, inline int, wake func()) (*sendQueue, error) {
+func newSendQueue(capacity, inline int, exclusive bool, wake func()) (*sendQueue, error) {
 	pub, err := ring.NewPublication[[]byte](capacity)
 	if err != nil {
 		return nil, err
@@ -79,6 +82,8 @@ func newSendQueue(capacity, inline int, wake func()) (*sendQueue, error) {
 		amask:  uint64(2*capacity - 1),
 		big:    make([]bigClass, 33),
 		wake:   wake,
+
+		exclusive: exclusive,
 	}
 	if inline > smallInline {
 		q.arena = make([]byte, 2*capacity*inline)
@@ -93,7 +98,11 @@ const smallInline = 128
 // for it. The caller must then commit(seq, buf) (or abort(seq, buf))
 // exactly once.
 func (q *sendQueue) claim(n int) (seq uint64, buf []byte, ok bool) {
-	seq, ok = q.pub.TryClaim(1)
+	if q.exclusive {
+		seq, ok = q.pub.TryClaimExclusive(1)
+	} else {
+		seq, ok = q.pub.TryClaim(1)
+	}
 	if !ok {
 		return 0, nil, false
 	}
@@ -144,7 +153,14 @@ func (q *sendQueue) put(p []byte) bool {
 // publishes it at once (one claim, one publication: Publication.PublishRun);
 // it returns how many it took. The caller checked the sizes.
 func (q *sendQueue) putBatch(ps [][]byte) int {
-	first, k, ok := q.pub.TryClaimUpTo(len(ps))
+	var first uint64
+	var k int
+	var ok bool
+	if q.exclusive {
+		first, k, ok = q.pub.TryClaimUpToExclusive(len(ps))
+	} else {
+		first, k, ok = q.pub.TryClaimUpTo(len(ps))
+	}
 	if !ok {
 		return 0
 	}

@@ -11,7 +11,7 @@ import (
 // is not an aborted claim; an aborted claim returns its buffer; a released
 // large buffer is reused.
 func TestSendQueueSlots(t *testing.T) {
-	q, err := newSendQueue(8, 1024, func() {})
+	q, err := newSendQueue(8, 1024, false, func() {})
 	require.NoError(t, err)
 	sizes := []int{0, 64, 128, 129, 1024, 1025, 5000}
 	for _, n := range sizes {
