@@ -101,6 +101,10 @@ type MemberConfig struct {
 	// throughput setting: the agent, the sender's bottleneck, no longer
 	// runs the handler for its own messages.
 	DiscardOwn bool
+	// ExclusiveSender runs the members with engine.Config.ExclusiveSender:
+	// the harness sends from one goroutine, so the publication ring can
+	// claim without a compare-and-swap.
+	ExclusiveSender bool
 	// SampleEvery records the latency of one message in SampleEvery
 	// (default 1: every message); reading the clock per message costs a
 	// few percent at tens of millions of messages per second.
@@ -199,7 +203,7 @@ func (c MemberConfig) engineConfig(h engine.Handler) engine.Config {
 		MaxDatagram: c.MaxDatagram, BundleBytes: c.BundleBytes, BundleDelay: c.BundleDelay,
 		Window: c.Window, RecvBuffer: c.RecvBuffer, BatchSize: c.BatchSize,
 		Idle: c.Idle, Threading: c.Threading, LossRate: c.LossRate, LossSeed: c.RunID ^ uint64(c.Index),
-		DiscardOwn: c.DiscardOwn, NoGSO: c.NoGSO, Logger: c.Logger, Handler: h,
+		DiscardOwn: c.DiscardOwn, ExclusiveSender: c.ExclusiveSender, NoGSO: c.NoGSO, Logger: c.Logger, Handler: h,
 	}
 }
 

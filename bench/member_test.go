@@ -299,6 +299,25 @@ func TestMemberMainDiscardOwn(t *testing.T) {
 	}
 }
 
+// TestMemberMainExclusiveSender: MemberArgs passes ExclusiveSender on
+// (-exclusive-sender), and a sender run with it (Send, then SendBatch)
+// delivers its whole stream to itself.
+func TestMemberMainExclusiveSender(t *testing.T) {
+	for _, batch := range []int{0, 64} {
+		cfg := MemberConfig{RunID: 8, Members: 1, Senders: []int{0}, Group: RandomGroup(), Count: 5000, MsgSize: 100,
+			Duration: time.Second, SampleEvery: 1, SendBatch: batch, ExclusiveSender: true}
+		args := MemberArgs(cfg, "-", false)
+		require.Contains(t, args, "-exclusive-sender")
+		var out, errOut bytes.Buffer
+		require.NoError(t, MemberMain(context.Background(), args, strings.NewReader(""), &out, &errOut), errOut.String())
+		var r MemberResult
+		require.NoError(t, json.Unmarshal(out.Bytes(), &r))
+		require.True(t, r.Complete)
+		require.Equal(t, int64(5000), r.Senders[0].Delivered)
+		require.Equal(t, uint64(5000), r.Stats.Delivered)
+	}
+}
+
 func TestMemberMainUsageErrors(t *testing.T) {
 	for _, tt := range []struct {
 		args []string

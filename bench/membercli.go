@@ -51,6 +51,9 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 	if cfg.DiscardOwn {
 		a = append(a, "-discard-own")
 	}
+	if cfg.ExclusiveSender {
+		a = append(a, "-exclusive-sender")
+	}
 	if cfg.Transport != "" {
 		a = append(a, "-transport", cfg.Transport)
 	}
@@ -101,6 +104,7 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	batch := fs.Int("batch", 0, "send with SendBatch, this many messages a call (0 or 1: Send per message)")
 	timeout := fs.Duration("timeout", 0, "give up this long after sending starts (0: -duration or 10s, plus 30s)")
 	discardOwn := fs.Bool("discard-own", false, "a sender does not deliver its own messages (engine.Config.DiscardOwn); it records what it sent instead")
+	exclusive := fs.Bool("exclusive-sender", false, "one goroutine sends (engine.Config.ExclusiveSender): the publication ring claims without a compare-and-swap")
 	noGSO := fs.Bool("no-gso", false, "UDP segmentation offload off (engine.Config.NoGSO)")
 	noLoop := fs.Bool("no-loopback", false, "multicast loopback off (engine.Config.NoLoopback): only for a member alone in its host or namespace")
 	out := fs.String("out", "-", "result file (- for stdout)")
@@ -123,7 +127,7 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	cfg := MemberConfig{RunID: *runID, Index: *index, Members: *members, Interface: *iface, TTL: *ttl, MsgSize: *size,
 		Count: *count, Duration: *duration, LossRate: *loss, Transport: *transport, MaxDatagram: *datagram, BundleBytes: *bundle,
 		SampleEvery: *sample, Timeout: *timeout, NoLoopback: *noLoop, SendBatch: *batch,
-		DiscardOwn: *discardOwn, NoGSO: *noGSO}
+		DiscardOwn: *discardOwn, ExclusiveSender: *exclusive, NoGSO: *noGSO}
 	var err error
 	if cfg.Senders, err = parseInts(*senders); err != nil {
 		return bad("-senders %q: %v", *senders, err)

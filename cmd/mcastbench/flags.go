@@ -40,6 +40,7 @@ type engineFlags struct {
 	sample           int
 	batch            int
 	discardOwn       bool
+	exclusive        bool
 	noGSO            bool
 }
 
@@ -63,6 +64,7 @@ func (f *engineFlags) register(fs *flag.FlagSet, members int, duration time.Dura
 	fs.IntVar(&f.batch, "batch", 0, "senders send with SendBatch, this many messages a call (0 or 1: Send per message)")
 	fs.BoolVar(&f.noGSO, "no-gso", false, "UDP segmentation offload off, for the engine and the raw baseline alike: every datagram goes through the kernel's send path on its own (the raw bundler as the engine issue defines it)")
 	fs.BoolVar(&f.discardOwn, "discard-own", false, "senders do not deliver their own messages (engine.Config.DiscardOwn); each records what it sent, and receivers are verified against that")
+	fs.BoolVar(&f.exclusive, "exclusive-sender", false, "each sender sends from one goroutine and says so (engine.Config.ExclusiveSender): its publication ring claims without a compare-and-swap")
 }
 
 // check validates the flags the way engine.Config would, naming the flag.
@@ -142,7 +144,7 @@ func (f *engineFlags) memberConfig() bench.MemberConfig {
 		MsgSize: f.size, Count: f.count, Duration: f.duration, Idle: idle, Threading: thr, Transport: f.transport,
 		MaxDatagram: f.datagram, BundleBytes: f.bundleBytes, BundleDelay: f.bundleDelay, Window: f.window,
 		SampleEvery: sampleEvery(f.sample, f.size), SendBatch: f.batch, DiscardOwn: f.discardOwn,
-		NoGSO: f.noGSO}
+		ExclusiveSender: f.exclusive, NoGSO: f.noGSO}
 }
 
 // sampleEvery is the latency sampling: every message from 1 KiB up, one
