@@ -485,13 +485,17 @@ func (w *Window[T]) free(a, b uint64, release func(T)) int {
 		wi := idx >> 6
 		m := wordMask(idx&63, s)
 		if p := w.present[wi].Load() & m; p != 0 {
-			base := wi << 6
-			for x := p; x != 0; x &= x - 1 {
-				j := base + uint64(bits.TrailingZeros64(x))
-				if release != nil {
+			if release != nil {
+				base := wi << 6
+				for x := p; x != 0; x &= x - 1 {
+					j := base + uint64(bits.TrailingZeros64(x))
 					release(w.slots[j])
+					w.slots[j] = zero
 				}
-				w.slots[j] = zero
+			} else {
+				// The whole span at once (a slot not present is
+				// already zero): a memclr instead of a store a slot.
+				clear(w.slots[idx : idx+s])
 			}
 			w.present[wi].And(^p)
 			n += popcount(p)
