@@ -392,8 +392,8 @@ func (m *Member) Send(ctx context.Context, payload []byte) error {
 // TrySendBatch is TrySend for several messages, in order: it copies the
 // longest prefix of payloads that fits in the publication ring now and
 // returns how many it took. The prefix is claimed with one atomic
-// operation and published with one more, where TrySend pays two per
-// message: most of a small message's cost on the sending goroutine. err is
+// operation (a plain store with Config.ExclusiveSender) and published
+// with one store, where TrySend pays both per message. err is
 // ErrBackPressure when the ring had room for fewer than all (n may be 0),
 // ErrTooLarge when payloads[n] exceeds Config.MaxMessage (those before it
 // are taken), ErrClosed after Close. The payloads are copied: the caller

@@ -177,10 +177,9 @@ func (p *Publication[T]) TryClaimUpToExclusive(n int) (first uint64, k int, ok b
 }
 
 // Put writes v at seq without publishing it: PublishRun publishes a run
-// of Put values with one atomic store instead of one per seqno (on amd64
-// an atomic store is a locked exchange, a large part of a small message's
-// cost). seq must be claimed, not committed, and end up in exactly one
-// PublishRun.
+// of Put values with one release store instead of one per seqno, and the
+// consumer reads one seq for the whole run. seq must be claimed, not
+// committed, and end up in exactly one PublishRun.
 func (p *Publication[T]) Put(seq uint64, v T) {
 	p.slots[seq&p.mask].v = v
 }
@@ -191,7 +190,7 @@ func (p *Publication[T]) Put(seq uint64, v T) {
 func (p *Publication[T]) PublishRun(first uint64, n int) {
 	s := &p.slots[first&p.mask]
 	s.run = uint64(n)
-	s.seq.Store(first) // release: the run's Puts happen before
+	storeRelease(&s.seq, first) // release: the run's Puts happen before
 }
 
 // Poll copies into dst the committed values from the next unpolled seqno
