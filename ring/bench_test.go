@@ -436,91 +436,60 @@ func BenchmarkMPSC(b *testing.B) {
 }
 
 // BenchmarkPublication: the engine's send path on the publication ring,
-// one message a claim. "spsc": one producer goroutine claims and commits
-// while the benchmark goroutine polls batches of up to 64 (TrySend beside
-// the agent); "inline": the same goroutine commits 64 and polls them
-// (TrySend and DoWork on one goroutine, ThreadingInvoked).
+// one message a claim, with TryClaim and with TryClaimExclusive. "spsc":
+// one producer goroutine claims and commits while the benchmark goroutine
+// polls batches of up to 64 (TrySend beside the agent); "inline": the same
+// goroutine commits 64 and polls them (TrySend and DoWork on one
+// goroutine, ThreadingInvoked).
 func BenchmarkPublication(b *testing.B) {
-	b.Run("spsc", func(b *testing.B) {
-		p, _ := NewPublication[msg](benchCapacity)
-		n := b.N
-		b.ReportAllocs()
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			for range n {
-				seq, ok := p.TryClaim(1)
-				for !ok {
-					runtime.Gosched()
-					seq, ok = p.TryClaim(1)
+	claims := []struct {
+		name  string
+		claim func(p *Publication[msg]) (uint64, bool)
+	}{
+		{"", func(p *Publication[msg]) (uint64, bool) { return p.TryClaim(1) }},
+		{"-exclusive", func(p *Publication[msg]) (uint64, bool) { return p.TryClaimExclusive(1) }},
+	}
+	for _, c := range claims {
+		b.Run("spsc"+c.name, func(b *testing.B) {
+			p, _ := NewPublication[msg](benchCapacity)
+			n := b.N
+			b.ReportAllocs()
+			var wg sync.WaitGroup
+			wg.Go(func() {
+				for range n {
+					seq, ok := c.claim(p)
+					for !ok {
+						runtime.Gosched()
+						seq, ok = c.claim(p)
+					}
+					p.Commit(seq, msg{benchBuf, int(seq)})
 				}
-				p.Commit(seq, msg{benchBuf, int(seq)})
-			}
-		})
-		dst := make([]msg, 64)
-		for got := 0; got < n; {
-			_, k := p.Poll(dst)
-			if k == 0 {
-				runtime.Gosched()
-			}
-			got += k
-		}
-		wg.Wait()
-		reportMsgs(b)
-	})
-	b.Run("spsc-exclusive", func(b *testing.B) {
-		p, _ := NewPublication[msg](benchCapacity)
-		n := b.N
-		b.ReportAllocs()
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			for range n {
-				seq, ok := p.TryClaimExclusive(1)
-				for !ok {
+			})
+			dst := make([]msg, 64)
+			for got := 0; got < n; {
+				_, k := p.Poll(dst)
+				if k == 0 {
 					runtime.Gosched()
-					seq, ok = p.TryClaimExclusive(1)
 				}
-				p.Commit(seq, msg{benchBuf, int(seq)})
+				got += k
 			}
+			wg.Wait()
+			reportMsgs(b)
 		})
-		dst := make([]msg, 64)
-		for got := 0; got < n; {
-			_, k := p.Poll(dst)
-			if k == 0 {
-				runtime.Gosched()
+		b.Run("inline"+c.name, func(b *testing.B) {
+			p, _ := NewPublication[msg](benchCapacity)
+			b.ReportAllocs()
+			dst := make([]msg, 64)
+			for i := 0; i < b.N; {
+				k := min(64, b.N-i)
+				for range k {
+					seq, _ := c.claim(p)
+					p.Commit(seq, msg{benchBuf, int(seq)})
+				}
+				p.Poll(dst[:k])
+				i += k
 			}
-			got += k
-		}
-		wg.Wait()
-		reportMsgs(b)
-	})
-	b.Run("inline-exclusive", func(b *testing.B) {
-		p, _ := NewPublication[msg](benchCapacity)
-		b.ReportAllocs()
-		dst := make([]msg, 64)
-		for i := 0; i < b.N; {
-			k := min(64, b.N-i)
-			for range k {
-				seq, _ := p.TryClaimExclusive(1)
-				p.Commit(seq, msg{benchBuf, int(seq)})
-			}
-			p.Poll(dst[:k])
-			i += k
-		}
-		reportMsgs(b)
-	})
-	b.Run("inline", func(b *testing.B) {
-		p, _ := NewPublication[msg](benchCapacity)
-		b.ReportAllocs()
-		dst := make([]msg, 64)
-		for i := 0; i < b.N; {
-			k := min(64, b.N-i)
-			for range k {
-				seq, _ := p.TryClaim(1)
-				p.Commit(seq, msg{benchBuf, int(seq)})
-			}
-			p.Poll(dst[:k])
-			i += k
-		}
-		reportMsgs(b)
-	})
+			reportMsgs(b)
+		})
+	}
 }
