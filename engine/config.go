@@ -295,9 +295,9 @@ type Config struct {
 	// or several ordered by a lock or a channel. The publication ring then
 	// claims slots with a plain load and store instead of an atomic
 	// compare-and-swap (Aeron's ExclusivePublication): TrySend of a small
-	// message costs about half as much on the sending goroutine (ring
-	// benchmark: 6.5 instead of 14.5 ns a message) and the agent gets more
-	// of the CPU. Breaking the promise loses messages (two concurrent
+	// message costs less on the sending goroutine (ring benchmark,
+	// ring.BenchmarkPublication: about 6 instead of 15 ns a message) and
+	// the agent gets more of the CPU. Breaking the promise loses messages (two concurrent
 	// sends can take the same slot); the race detector reports it as a
 	// data race on the ring. Default false: any number of goroutines may
 	// send concurrently.
