@@ -243,8 +243,15 @@ func (m *Member) handOver() error {
 // in DoWork: call it from one loop. It never blocks and does not allocate;
 // in push mode it calls the Handler, so it must not be called from one.
 // An idle application applies its own idle strategy between calls (spin,
-// runtime.Gosched, a short sleep), calling it at least every millisecond
-// or so: timers, failure detection and repairs run only here.
+// runtime.Gosched, a short sleep, WaitWork), calling it at least every
+// millisecond or so: timers, failure detection and repairs run only here.
+//
+// A DoWork writes what was sent before it, the open bundle included,
+// except while the application streams: when a datagram's worth or more
+// was sent since the last DoWork, the partly filled bundle after it waits
+// for the next DoWork (which flushes it if nothing more came), so that
+// datagrams go out full; it then counts as work, and WaitWork returns at
+// once.
 func (m *Member) DoWork() int {
 	a := &m.ag
 	if !m.invoked() || !a.owner.CompareAndSwap(0, 1) {
