@@ -426,6 +426,9 @@ func TestInvokedStreamingFlush(t *testing.T) {
 	m.DoWork()
 	full := bundles() - b0
 	require.NotZero(t, full, "the full datagrams went, the rest is held")
+	start := time.Now()
+	m.WaitWork(30 * time.Second)
+	require.Less(t, time.Since(start), 10*time.Second, "WaitWork returns at once while a bundle is held")
 	m.DoWork()
 	require.Equal(t, b0+full+1, bundles(), "the held bundle goes at the next DoWork that finds nothing new")
 }
