@@ -2,6 +2,7 @@ package nakack
 
 import (
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/nakcast/nakcast/digest"
@@ -196,4 +197,50 @@ func TestPurgeOwnOpenBundle(t *testing.T) {
 	a.Poll(c.rec(mA), 1<<30)
 	a.sendStable(c.now)
 	require.Zero(t, c.pool.Stats().OutstandingBuffers)
+}
+
+// appender appends to every payload it is handed, as a careless handler
+// might, and records what it saw.
+type appender struct {
+	got [][]byte
+}
+
+func (h *appender) Deliver(_ digest.Member, _ uint64, p []byte) {
+	h.got = append(h.got, append([]byte(nil), p...))
+	_ = append(p, 0xEE, 0xEE, 0xEE, 0xEE) // must not reach the next message
+}
+func (h *appender) Lost(digest.Member, uint64, uint64) {}
+
+type batchAppender struct{ appender }
+
+func (h *batchAppender) DeliverBatch(s digest.Member, first uint64, ps [][]byte) {
+	for i, p := range ps {
+		h.Deliver(s, first+uint64(i), p)
+	}
+}
+
+// TestPayloadCapped: the payloads handed to a Handler or a BatchHandler end
+// at their message (cap == len), so a handler that appends to one gets a
+// copy instead of overwriting the next message of the retained datagram.
+func TestPayloadCapped(t *testing.T) {
+	for _, batch := range []bool{false, true} {
+		t.Run(fmt.Sprint("batch=", batch), func(t *testing.T) {
+			f := newFixture(t, nil)
+			for i := range f.msg {
+				f.msg[i] = byte(i)
+			}
+			f.recv(f.data(1, 4, 0))
+			var h Handler
+			a := &batchAppender{}
+			h = &a.appender
+			if batch {
+				h = a
+			}
+			require.Equal(t, 4, f.a.Poll(h, 100))
+			require.Len(t, a.got, 4)
+			for i, p := range a.got {
+				require.Equal(t, f.msg, p, "message %d", i+1)
+			}
+		})
+	}
 }

@@ -145,17 +145,30 @@ func (p *Protocol) deliverRun(s *sender, h Handler, bh BatchHandler, first uint6
 			i++
 			continue
 		}
+		// The messages of a run mostly share their datagram: its bytes are
+		// looked up (msg.ref.buf.B, two dependent loads) once a datagram,
+		// not once a message. Payloads are capped (see msg.payload).
 		j := i
+		var ref *dref
+		var b []byte
 		if bh != nil {
 			ps := p.pscr[:0]
 			for ; j < len(ms) && ms[j].fc == 0; j++ {
-				ps = append(ps, ms[j].payload())
+				m := &ms[j]
+				if m.ref != ref {
+					ref, b = m.ref, m.ref.buf.B
+				}
+				ps = append(ps, b[m.off:m.off+m.n:m.off+m.n])
 			}
 			p.pscr = ps
 			bh.DeliverBatch(s.m, first+uint64(i), ps)
 		} else {
 			for ; j < len(ms) && ms[j].fc == 0; j++ {
-				h.Deliver(s.m, first+uint64(j), ms[j].payload())
+				m := &ms[j]
+				if m.ref != ref {
+					ref, b = m.ref, m.ref.buf.B
+				}
+				h.Deliver(s.m, first+uint64(j), b[m.off:m.off+m.n:m.off+m.n])
 			}
 		}
 		p.stats.Delivered += uint64(j - i)

@@ -22,7 +22,10 @@ type msg struct {
 	fi, fc uint32
 }
 
-func (m msg) payload() []byte { return m.ref.buf.B[m.off : m.off+m.n] }
+// payload returns the message's bytes in its datagram, capped at its end:
+// a handler that appends to a payload gets a copy instead of overwriting
+// the next message of the retained datagram (which repairs resend).
+func (m msg) payload() []byte { return m.ref.buf.B[m.off : m.off+m.n : m.off+m.n] }
 
 // offsetIn returns where p starts inside buf.B.
 func offsetIn(buf *wire.Buffer, p []byte) uint32 {
