@@ -76,6 +76,7 @@ func TestZeroAllocs(t *testing.T) {
 	nf, err := DecodeMsgNotFound(nh, nbody)
 	require.NoError(t, err)
 	msgDst := make([][]byte, 0, 64)
+	offs := make([]uint32, 0, 65)
 
 	cases := []struct {
 		name string
@@ -95,6 +96,17 @@ func TestZeroAllocs(t *testing.T) {
 			h, body, _ := DecodeHeader(w.Finish(), testGroup)
 			d, _ := DecodeData(h, body)
 			msgDst = d.AppendMessages(msgDst[:0])
+		}},
+		{"data offsets", func() {
+			var w DataWriter
+			_ = w.Reset(buf, hdr(mA), mA, 1)
+			for range 64 {
+				copy(w.Claim(64), msgs[0])
+			}
+			h, body, _ := DecodeHeader(w.Finish(), testGroup)
+			if _, offs, _ = DecodeDataOffsets(h, body, offs); len(offs) != 65 {
+				panic("offsets")
+			}
 		}},
 		{"xmit encode", func() {
 			if _, err := EncodeXmitReq(buf, hdr(mB), view1, mA, 50, ranges); err != nil {

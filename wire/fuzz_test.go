@@ -71,7 +71,41 @@ func FuzzDecodeHeader(f *testing.F) {
 }
 
 func FuzzDecodeData(f *testing.F) {
-	f.Fuzz(func(t *testing.T, b []byte) { checkRoundTrip(t, b, TypeData) })
+	f.Fuzz(func(t *testing.T, b []byte) {
+		checkRoundTrip(t, b, TypeData)
+		checkDataOffsets(t, b)
+	})
+}
+
+// checkDataOffsets: DecodeDataOffsets decodes exactly what DecodeData does
+// (the same Data, the same error), and its offsets delimit the payloads
+// MsgIter returns.
+func checkDataOffsets(t *testing.T, b []byte) {
+	if len(b) > 2 {
+		b = bytes.Clone(b)
+		b[2] = byte(TypeData)
+	}
+	h, body, err := DecodeHeader(b, testGroup)
+	if err != nil {
+		return
+	}
+	d, err := DecodeData(h, body)
+	d2, offs, err2 := DecodeDataOffsets(h, body, make([]uint32, 3))
+	require.Equal(t, err, err2)
+	require.Equal(t, d, d2)
+	if err != nil {
+		return
+	}
+	require.Len(t, offs, d.Count+1)
+	require.Equal(t, len(body), int(offs[d.Count]))
+	it := d.Messages()
+	for i := range d.Count {
+		p, ok := it.Next()
+		require.True(t, ok)
+		require.Equal(t, body[offs[i]+MsgOverhead:offs[i+1]], p, "message %d", i)
+	}
+	_, ok := it.Next()
+	require.False(t, ok)
 }
 
 func FuzzDecodeFrag(f *testing.F) {
