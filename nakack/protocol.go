@@ -275,6 +275,10 @@ type Protocol struct {
 	pending   []pendingDgram
 
 	scratch []msg
+	// offs receives a DATA datagram's message offsets as onData decodes
+	// it (wire.DecodeDataOffsets), for insertData: the lengths are walked
+	// once. It grows to the largest datagram's count and stays.
+	offs    []uint32
 	dscr    []msg
 	ranges  []wire.Range
 	entries []digest.Entry

@@ -48,7 +48,8 @@ func (p *Protocol) Receive(buf *wire.Buffer, now time.Duration) error {
 }
 
 func (p *Protocol) onData(buf *wire.Buffer, h wire.Header, body []byte, now time.Duration) error {
-	d, err := wire.DecodeData(h, body)
+	d, offs, err := wire.DecodeDataOffsets(h, body, p.offs)
+	p.offs = offs
 	if err != nil {
 		p.stats.Drops.Malformed++
 		return err
@@ -63,10 +64,10 @@ func (p *Protocol) onData(buf *wire.Buffer, h wire.Header, body []byte, now time
 		return nil
 	}
 	if s.state == departed {
-		p.insertDeparted(s, h.Sender, buf, &d, len(body), now)
+		p.insertDeparted(s, h.Sender, buf, &d, body, offs, now)
 		return nil
 	}
-	p.insertData(s, buf, &d, len(body), now)
+	p.insertData(s, buf, &d, body, offs, now)
 	return nil
 }
 
@@ -113,13 +114,14 @@ func markedLost(w *ring.Window[msg], seq uint64) bool {
 // insertDeparted inserts the data of departed sender s carried by a DATA
 // datagram that from sent, refusing (Drops.Departed) the seqnos
 // refuseDeparted names. Off the hot path: departed windows only.
-func (p *Protocol) insertDeparted(s *sender, from digest.Member, buf *wire.Buffer, d *wire.Data, size int, now time.Duration) {
+func (p *Protocol) insertDeparted(s *sender, from digest.Member, buf *wire.Buffer, d *wire.Data, body []byte, offs []uint32, now time.Duration) {
+	size := len(body)
 	if !s.hasCut {
 		if from == s.m {
 			p.stats.Drops.Departed += uint64(d.Count)
 			return
 		}
-		p.insertData(s, buf, d, size, now) // a peer's repair
+		p.insertData(s, buf, d, body, offs, now) // a peer's repair
 		return
 	}
 	w := s.window()
@@ -161,9 +163,11 @@ func (p *Protocol) insertDeparted(s *sender, from digest.Member, buf *wire.Buffe
 }
 
 // insertData inserts a bundle's run into s's window, one AddRun per
-// scratch-full, and takes one buffer reference per stored message. size
-// (the body's bytes) counts towards the next STABLE (creditStable).
-func (p *Protocol) insertData(s *sender, buf *wire.Buffer, d *wire.Data, size int, now time.Duration) {
+// scratch-full, and takes one buffer reference per stored message. body is
+// the datagram's body in buf, offs its message offsets in body
+// (wire.DecodeDataOffsets); its length counts towards the next STABLE
+// (creditStable).
+func (p *Protocol) insertData(s *sender, buf *wire.Buffer, d *wire.Data, body []byte, offs []uint32, now time.Duration) {
 	w := s.window()
 	c0 := max(s.contig, s.delivered(), s.floor)
 	if last := d.Last(); last > s.highest {
@@ -172,23 +176,16 @@ func (p *Protocol) insertData(s *sender, buf *wire.Buffer, d *wire.Data, size in
 	if s.inRQ {
 		p.stampDeparted(s, d.First, d.Last(), now)
 	}
-	it := d.Messages()
 	first := d.First
 	added := 0
 	ref := p.newRef(buf)
-	for {
-		n := 0
-		for n < len(p.scratch) {
-			pl, ok := it.Next()
-			if !ok {
-				break
-			}
-			p.scratch[n] = msg{ref: ref, off: offsetIn(buf, pl), n: uint32(len(pl))}
-			n++
+	base := offsetIn(buf, body) + wire.MsgOverhead // + offs[i]: message i's payload
+	for i := 0; i < d.Count; {
+		n := min(len(p.scratch), d.Count-i)
+		for k, o := range offs[i : i+n] {
+			p.scratch[k] = msg{ref: ref, off: base + o, n: offs[i+k+1] - o - wire.MsgOverhead}
 		}
-		if n == 0 {
-			break
-		}
+		i += n
 		r := w.AddRun(first, p.scratch[:n])
 		added += r.Added
 		p.stats.Duplicates += uint64(r.Duplicate)
@@ -197,9 +194,6 @@ func (p *Protocol) insertData(s *sender, buf *wire.Buffer, d *wire.Data, size in
 			p.stats.Drops.Full += uint64(n - r.Processed())
 		}
 		first += uint64(n)
-		if n < len(p.scratch) {
-			break
-		}
 	}
 	p.holdRef(s, ref, added, d.Last())
 	p.dropRef(ref)
@@ -208,7 +202,7 @@ func (p *Protocol) insertData(s *sender, buf *wire.Buffer, d *wire.Data, size in
 		p.inserted(s, d.First)
 	}
 	p.checkGaps(s, now)
-	p.creditStable(s, c0, d.First, uint64(d.Count), size, now)
+	p.creditStable(s, c0, d.First, uint64(d.Count), len(body), now)
 }
 
 // creditStable counts a data datagram of s (seqnos first.., count of them,
