@@ -136,6 +136,7 @@ func (p *Protocol) Flush(now time.Duration) {
 	if p.bundle != nil {
 		p.flushBundle(now)
 	}
+	p.streaming = false
 }
 
 // publishOwn inserts the open bundle's messages sent since the last call
@@ -633,8 +634,14 @@ func (p *Protocol) SendBatch(payloads [][]byte, now time.Duration) (first uint64
 	first = p.nextSeq
 	maxMsg, maxBundle := p.maxMsg, p.cfg.MaxBundle
 	for n < len(todo) {
-		if p.bundle == nil && !p.openBundle(bundleSize(todo[n:], maxMsg, maxBundle, p.cfg.MaxDatagram/8)) {
-			break
+		if p.bundle == nil {
+			size := p.cfg.MaxDatagram
+			if !p.streaming {
+				size = bundleSize(todo[n:], maxMsg, maxBundle, p.cfg.MaxDatagram/8)
+			}
+			if !p.openBundle(size) {
+				break
+			}
 		}
 		// Fill the open bundle: the tight loop.
 		ref, base := p.bundleRef, p.bundle
@@ -672,6 +679,7 @@ func (p *Protocol) SendBatch(payloads [][]byte, now time.Duration) (first uint64
 			continue
 		}
 		p.flushBundle(now)
+		p.streaming = true
 	}
 	p.stats.Sent += uint64(n)
 	if n == 0 {

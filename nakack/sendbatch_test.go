@@ -183,3 +183,40 @@ func BenchmarkSendBatch(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchMsgs), "ns/msg")
 }
+
+// TestSendBatchStreamingOpensFullBundles: a short run opens its bundle in
+// a buffer of its size class; once SendBatch has emitted a bundle because
+// it was full (a stream), the next opens at MaxDatagram so that the
+// following runs do not outgrow it (growBundle's copy); an idle Flush ends
+// the stream.
+func TestSendBatchStreamingOpensFullBundles(t *testing.T) {
+	cfg := testConfig(mB)
+	cfg.Pool = wire.NewPool(8192, 0)
+	cfg.MaxDatagram = 8192
+	p, err := New(cfg)
+	require.NoError(t, err)
+	p.InstallView(View{ID: digest.ViewID{Coord: mB, Counter: 1}, Members: []digest.Member{mB, mA}}, digest.Digest{}, 0)
+	takeOutbox(p)
+	run := make([][]byte, 8)
+	for i := range run {
+		run[i] = make([]byte, 64)
+	}
+	_, _, err = p.SendBatch(run, 0)
+	require.NoError(t, err)
+	require.Less(t, len(p.bundle.B), cfg.MaxDatagram, "a short run: a small bundle")
+	for len(p.Outbox()) == 0 { // until a bundle went out full
+		_, _, err = p.SendBatch(run, 0)
+		require.NoError(t, err)
+	}
+	takeOutbox(p)
+	if p.bundle == nil {
+		_, _, err = p.SendBatch(run, 0)
+		require.NoError(t, err)
+	}
+	require.GreaterOrEqual(t, len(p.bundle.B), cfg.MaxDatagram, "streaming: a full-size bundle")
+	p.Flush(0)
+	takeOutbox(p)
+	_, _, err = p.SendBatch(run, 0)
+	require.NoError(t, err)
+	require.Less(t, len(p.bundle.B), cfg.MaxDatagram, "after an idle flush: small again")
+}
