@@ -132,12 +132,10 @@ func TestSendBatchEqualsSend(t *testing.T) {
 // TestSendBatchErrors: an empty run claims nothing; a first payload above
 // MaxMessage is refused; a run stops before a refused payload.
 func TestSendBatchErrors(t *testing.T) {
-	cfg := testConfig(mB)
-	cfg.Pool = wire.NewPool(1400, 0)
-	cfg.MaxMessage = 2000
-	p, err := New(cfg)
-	require.NoError(t, err)
-	p.InstallView(View{ID: digest.ViewID{Coord: mB, Counter: 1}, Members: []digest.Member{mB, mA}}, digest.Digest{}, 0)
+	p := viewedSender(t, func(cfg *Config) {
+		cfg.Pool = wire.NewPool(1400, 0)
+		cfg.MaxMessage = 2000
+	})
 
 	first, n, err := p.SendBatch(nil, 0)
 	require.NoError(t, err)
@@ -190,20 +188,19 @@ func BenchmarkSendBatch(b *testing.B) {
 // following runs do not outgrow it (growBundle's copy); an idle Flush ends
 // the stream.
 func TestSendBatchStreamingOpensFullBundles(t *testing.T) {
-	cfg := testConfig(mB)
-	cfg.Pool = wire.NewPool(8192, 0)
-	cfg.MaxDatagram = 8192
-	p, err := New(cfg)
-	require.NoError(t, err)
-	p.InstallView(View{ID: digest.ViewID{Coord: mB, Counter: 1}, Members: []digest.Member{mB, mA}}, digest.Digest{}, 0)
+	const maxDatagram = 8192
+	p := viewedSender(t, func(cfg *Config) {
+		cfg.Pool = wire.NewPool(maxDatagram, 0)
+		cfg.MaxDatagram = maxDatagram
+	})
 	takeOutbox(p)
 	run := make([][]byte, 8)
 	for i := range run {
 		run[i] = make([]byte, 64)
 	}
-	_, _, err = p.SendBatch(run, 0)
+	_, _, err := p.SendBatch(run, 0)
 	require.NoError(t, err)
-	require.Less(t, len(p.bundle.B), cfg.MaxDatagram, "a short run: a small bundle")
+	require.Less(t, len(p.bundle.B), maxDatagram, "a short run: a small bundle")
 	for len(p.Outbox()) == 0 { // until a bundle went out full
 		_, _, err = p.SendBatch(run, 0)
 		require.NoError(t, err)
@@ -213,10 +210,22 @@ func TestSendBatchStreamingOpensFullBundles(t *testing.T) {
 		_, _, err = p.SendBatch(run, 0)
 		require.NoError(t, err)
 	}
-	require.GreaterOrEqual(t, len(p.bundle.B), cfg.MaxDatagram, "streaming: a full-size bundle")
+	require.GreaterOrEqual(t, len(p.bundle.B), maxDatagram, "streaming: a full-size bundle")
 	p.Flush(0)
 	takeOutbox(p)
 	_, _, err = p.SendBatch(run, 0)
 	require.NoError(t, err)
-	require.Less(t, len(p.bundle.B), cfg.MaxDatagram, "after an idle flush: small again")
+	require.Less(t, len(p.bundle.B), maxDatagram, "after an idle flush: small again")
+}
+
+// viewedSender returns B's protocol (testConfig, changed by tweak) in a
+// view of B and A.
+func viewedSender(t *testing.T, tweak func(*Config)) *Protocol {
+	t.Helper()
+	cfg := testConfig(mB)
+	tweak(&cfg)
+	p, err := New(cfg)
+	require.NoError(t, err)
+	p.InstallView(View{ID: digest.ViewID{Coord: mB, Counter: 1}, Members: []digest.Member{mB, mA}}, digest.Digest{}, 0)
+	return p
 }

@@ -77,6 +77,12 @@ func TestZeroAllocs(t *testing.T) {
 	require.NoError(t, err)
 	msgDst := make([][]byte, 0, 64)
 	offs := make([]uint32, 0, 65)
+	var dw DataWriter
+	_ = dw.Reset(make([]byte, MaxUDPPayload), hdr(mA), mA, 1)
+	for range 64 {
+		copy(dw.Claim(64), msgs[0])
+	}
+	dataDgram := dw.Finish()
 
 	cases := []struct {
 		name string
@@ -98,12 +104,7 @@ func TestZeroAllocs(t *testing.T) {
 			msgDst = d.AppendMessages(msgDst[:0])
 		}},
 		{"data offsets", func() {
-			var w DataWriter
-			_ = w.Reset(buf, hdr(mA), mA, 1)
-			for range 64 {
-				copy(w.Claim(64), msgs[0])
-			}
-			h, body, _ := DecodeHeader(w.Finish(), testGroup)
+			h, body, _ := DecodeHeader(dataDgram, testGroup)
 			if _, offs, _ = DecodeDataOffsets(h, body, offs); len(offs) != 65 {
 				panic("offsets")
 			}
