@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"io"
 	"math/bits"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -299,15 +301,29 @@ func TestMemberMainDiscardOwn(t *testing.T) {
 	}
 }
 
-// TestMemberMainExclusiveSender: MemberArgs passes ExclusiveSender on
-// (-exclusive-sender), and a sender run with it (Send, then SendBatch)
-// delivers its whole stream to itself.
+// TestMemberArgsRoundTrip: what MemberArgs writes, MemberMain's parser
+// reads back: every field MemberArgs carries, the result file and
+// -wait-start.
+func TestMemberArgsRoundTrip(t *testing.T) {
+	want := MemberConfig{RunID: 77, Index: 1, Members: 3, Senders: []int{0, 2}, Group: netip.MustParseAddrPort("239.1.2.3:4567"),
+		Interface: "lo", Unicast: netip.MustParseAddrPort("127.0.0.1:4568"), TTL: 0, MsgSize: 300, Count: 1234,
+		Duration: 3 * time.Second, LossRate: 0.05, Idle: engine.IdleSpin, Threading: engine.ThreadingInvoked,
+		Transport: engine.TransportUDP, MaxDatagram: 8000, BundleBytes: 4000, SampleEvery: 16, SendBatch: 32,
+		Timeout: 9 * time.Second, DiscardOwn: true, ExclusiveSender: true, NoGSO: true, NoLoopback: true}
+	got, out, wait, err := parseMemberArgs(MemberArgs(want, "result.json", true), io.Discard)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Equal(t, "result.json", out)
+	require.True(t, wait)
+}
+
+// TestMemberMainExclusiveSender: a sender run with ExclusiveSender (Send,
+// then SendBatch) delivers its whole stream to itself.
 func TestMemberMainExclusiveSender(t *testing.T) {
 	for _, batch := range []int{0, 64} {
 		cfg := MemberConfig{RunID: 8, Members: 1, Senders: []int{0}, Group: RandomGroup(), Count: 5000, MsgSize: 100,
 			Duration: time.Second, SampleEvery: 1, SendBatch: batch, ExclusiveSender: true}
 		args := MemberArgs(cfg, "-", false)
-		require.Contains(t, args, "-exclusive-sender")
 		var out, errOut bytes.Buffer
 		require.NoError(t, MemberMain(context.Background(), args, strings.NewReader(""), &out, &errOut), errOut.String())
 		var r MemberResult

@@ -77,6 +77,25 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 // -out file (or stdout). Errors about the command line wrap ErrUsage. A
 // result is written whenever the member opened, also for a failed run.
 func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	cfg, out, waitStart, err := parseMemberArgs(args, stderr)
+	if err != nil {
+		return err
+	}
+	if waitStart {
+		ready, start := readyThenGo(stdout, stdin)
+		cfg.Ready = func(*engine.Member) { ready() }
+		cfg.Start = start
+	}
+	res, runErr := RunMember(ctx, cfg)
+	if res.Schema == "" {
+		return runErr // never opened: nothing to report
+	}
+	return errors.Join(runErr, writeResult(stdout, out, res))
+}
+
+// parseMemberArgs is MemberMain's command line: the member's config (its
+// engine config validated), the result file and -wait-start.
+func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out string, waitStart bool, err error) {
 	fs := flag.NewFlagSet("mcastbench member", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -107,16 +126,16 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	exclusive := fs.Bool("exclusive-sender", false, "one goroutine sends (engine.Config.ExclusiveSender): the publication ring claims without a compare-and-swap")
 	noGSO := fs.Bool("no-gso", false, "UDP segmentation offload off (engine.Config.NoGSO)")
 	noLoop := fs.Bool("no-loopback", false, "multicast loopback off (engine.Config.NoLoopback): only for a member alone in its host or namespace")
-	out := fs.String("out", "-", "result file (- for stdout)")
-	waitStart := fs.Bool("wait-start", false, "print "+ReadyLine+" once open, then wait for a line on stdin before sending")
+	outFile := fs.String("out", "-", "result file (- for stdout)")
+	wait := fs.Bool("wait-start", false, "print "+ReadyLine+" once open, then wait for a line on stdin before sending")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return err
+			return cfg, "", false, err
 		}
-		return fmt.Errorf("%w: %v", ErrUsage, err)
+		return cfg, "", false, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	bad := func(format string, a ...any) error {
-		return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, a...)...)
+	bad := func(format string, a ...any) (MemberConfig, string, bool, error) {
+		return MemberConfig{}, "", false, fmt.Errorf("%w: "+format, append([]any{ErrUsage}, a...)...)
 	}
 	if fs.NArg() > 0 {
 		return bad("unexpected argument %q", fs.Arg(0))
@@ -124,11 +143,10 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 	if *batch < 0 || *batch > maxSendBatch {
 		return bad("-batch %d: want 0..%d", *batch, maxSendBatch)
 	}
-	cfg := MemberConfig{RunID: *runID, Index: *index, Members: *members, Interface: *iface, TTL: *ttl, MsgSize: *size,
+	cfg = MemberConfig{RunID: *runID, Index: *index, Members: *members, Interface: *iface, TTL: *ttl, MsgSize: *size,
 		Count: *count, Duration: *duration, LossRate: *loss, Transport: *transport, MaxDatagram: *datagram, BundleBytes: *bundle,
 		SampleEvery: *sample, Timeout: *timeout, NoLoopback: *noLoop, SendBatch: *batch,
 		DiscardOwn: *discardOwn, ExclusiveSender: *exclusive, NoGSO: *noGSO}
-	var err error
 	if cfg.Senders, err = parseInts(*senders); err != nil {
 		return bad("-senders %q: %v", *senders, err)
 	}
@@ -151,24 +169,15 @@ func MemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, std
 		return bad("-threading: %v", err)
 	}
 	if *transport == engine.TransportXDP {
-		return fmt.Errorf("-transport xdp: the AF_XDP backend is not available yet (it arrives with ebpf/)")
+		return MemberConfig{}, "", false, fmt.Errorf("-transport xdp: the AF_XDP backend is not available yet (it arrives with ebpf/)")
 	}
 	if _, err := cfg.withDefaults(); err != nil {
-		return fmt.Errorf("%w: %v", ErrUsage, err)
+		return MemberConfig{}, "", false, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	if err := cfg.engineConfig(nil).Validate(); err != nil {
 		return bad("%v", err)
 	}
-	if *waitStart {
-		ready, start := readyThenGo(stdout, stdin)
-		cfg.Ready = func(*engine.Member) { ready() }
-		cfg.Start = start
-	}
-	res, runErr := RunMember(ctx, cfg)
-	if res.Schema == "" {
-		return runErr // never opened: nothing to report
-	}
-	return errors.Join(runErr, writeResult(stdout, *out, res))
+	return cfg, *outFile, *wait, nil
 }
 
 func parseInts(s string) ([]int, error) {
