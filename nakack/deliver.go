@@ -145,35 +145,39 @@ func (p *Protocol) deliverRun(s *sender, h Handler, bh BatchHandler, first uint6
 			i++
 			continue
 		}
-		// The messages of a run mostly share their datagram: its bytes are
-		// looked up (msg.ref.buf.B, two dependent loads) once a datagram,
-		// not once a message. Payloads are capped (see msg.payload).
 		j := i
-		var ref *dref
-		var b []byte
+		var rb runBytes
 		if bh != nil {
 			ps := p.pscr[:0]
 			for ; j < len(ms) && ms[j].fc == 0; j++ {
-				m := &ms[j]
-				if m.ref != ref {
-					ref, b = m.ref, m.ref.buf.B
-				}
-				ps = append(ps, b[m.off:m.off+m.n:m.off+m.n])
+				ps = append(ps, rb.payload(&ms[j]))
 			}
 			p.pscr = ps
 			bh.DeliverBatch(s.m, first+uint64(i), ps)
 		} else {
 			for ; j < len(ms) && ms[j].fc == 0; j++ {
-				m := &ms[j]
-				if m.ref != ref {
-					ref, b = m.ref, m.ref.buf.B
-				}
-				h.Deliver(s.m, first+uint64(j), b[m.off:m.off+m.n:m.off+m.n])
+				h.Deliver(s.m, first+uint64(j), rb.payload(&ms[j]))
 			}
 		}
 		p.stats.Delivered += uint64(j - i)
 		i = j
 	}
+}
+
+// runBytes hands out the payloads of a run's messages, which mostly share
+// their datagram: it looks a datagram's bytes up (msg.ref.buf.B, two
+// dependent loads) once, not once a message. Payloads are capped as
+// msg.payload's.
+type runBytes struct {
+	ref *dref
+	b   []byte
+}
+
+func (r *runBytes) payload(m *msg) []byte {
+	if m.ref != r.ref {
+		r.ref, r.b = m.ref, m.ref.buf.B
+	}
+	return r.b[m.off : m.off+m.n : m.off+m.n]
 }
 
 func (p *Protocol) deliver(s *sender, h Handler, seq uint64, m msg) {

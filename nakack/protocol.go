@@ -235,16 +235,16 @@ type Protocol struct {
 	// window (publishOwn)
 	bundle    *wire.Buffer
 	bundleRef *dref
-	// streaming: SendBatch emitted a bundle because it was full and no
+	ownPend   []msg
+	ownN      int
+	// filledBundle: SendBatch emitted a bundle because it was full and no
 	// idle Flush came since, so the next bundle opens at MaxDatagram
 	// rather than at its first run's size (bundleSize), which the next
 	// run would outgrow at once (growBundle copies it).
-	ownPend   []msg
-	ownN      int
-	streaming bool
-	bw        wire.DataWriter
-	fragP     int // largest fragment payload
-	maxMsg    int // largest bundled message
+	filledBundle bool
+	bw           wire.DataWriter
+	fragP        int // largest fragment payload
+	maxMsg       int // largest bundled message
 
 	out []Outgoing
 

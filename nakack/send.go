@@ -136,7 +136,7 @@ func (p *Protocol) Flush(now time.Duration) {
 	if p.bundle != nil {
 		p.flushBundle(now)
 	}
-	p.streaming = false
+	p.filledBundle = false
 }
 
 // publishOwn inserts the open bundle's messages sent since the last call
@@ -636,7 +636,7 @@ func (p *Protocol) SendBatch(payloads [][]byte, now time.Duration) (first uint64
 	for n < len(todo) {
 		if p.bundle == nil {
 			size := p.cfg.MaxDatagram
-			if !p.streaming {
+			if !p.filledBundle {
 				size = bundleSize(todo[n:], maxMsg, maxBundle, p.cfg.MaxDatagram/8)
 			}
 			if !p.openBundle(size) {
@@ -679,7 +679,7 @@ func (p *Protocol) SendBatch(payloads [][]byte, now time.Duration) (first uint64
 			continue
 		}
 		p.flushBundle(now)
-		p.streaming = true
+		p.filledBundle = true
 	}
 	p.stats.Sent += uint64(n)
 	if n == 0 {
