@@ -16,7 +16,7 @@
 // The package must not do I/O, read the clock, hold protocol rules (what a
 // stale request is, what to do with a MSG_NOT_FOUND: that is nakack/), or
 // verify authentication tags (the trailer layout is fixed here; sealing and
-// opening belong to the engine, keyed by the header's key id).
+// opening belong to the engine, engine/auth, keyed by the header's key id).
 //
 // # Versions and compatibility
 //

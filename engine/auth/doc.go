@@ -1,0 +1,87 @@
+// Package auth seals and verifies nakcast datagrams with a group key: an
+// AES-GCM tag over header and body (wire/FORMAT.md, "Authentication
+// trailer"), optionally encrypting the body, with per-sender nonces that
+// never repeat under a key, a per-sender replay window and key rotation by
+// key id.
+//
+// It owns the cryptography and the per-sender state of authentication:
+// keys and their derivation, nonce allocation, tags, replay windows. The
+// byte layout it fills (flags, key id, trailer) is wire's; when to seal and
+// verify is the engine's. It must not decode anything beyond the common
+// header or keep protocol state: a datagram it accepts is authentic and
+// fresh, nothing more.
+//
+// # Why here
+//
+// Verification is the engine's job (wire only fixes the layout): it needs
+// keys, a clock for the derivation budget and per-sender state, none of
+// which belongs in wire, and it must run before the engine's address
+// learning and before gms or nakack see a datagram, so it sits at the
+// engine's receive and write points. It is a package of its own, below
+// engine, so that the agent calls it at two points (Sealer in the write
+// path, Verifier in the receive path) and tests and fuzzers reach it
+// without sockets.
+//
+// # Keys and subkeys
+//
+// A Key is a key id (non-zero, in the header) and a 16- or 32-byte secret
+// (AES-128 or AES-256). Nothing seals under the group secret itself: each
+// sender incarnation (member id and incarnation, the header's sender) seals
+// under its own subkey, HKDF-SHA256(secret, info = "nakcast/1 datagram" ||
+// group id || key id || member id || incarnation), as long as the secret.
+// A receiver derives the same subkey from the authenticated header fields.
+//
+// # Nonces never repeat
+//
+// The 12-byte AES-GCM nonce is a 4-byte salt and an 8-byte counter. A
+// subkey belongs to one (group, key, member id, incarnation), so a nonce can
+// only repeat if one of those is used by two seals with the same salt and
+// counter. Within a process every seal takes the next value of one
+// process-wide counter (NonceSource), whatever member, incarnation or key:
+// no two seals of a process share a counter. Across processes the counter
+// starts at the wall clock in nanoseconds when the process starts, so a
+// restart begins above every counter its predecessor used: a process seals
+// far fewer than one datagram per nanosecond (the machines here move at
+// most some 10^6 datagrams a second), so its counter stays behind the
+// clock. That is what makes a restart of a static member, which keeps
+// Config.Self and so its incarnation, safe; gms members take a new
+// incarnation, so a new subkey, on every join attempt anyway. The salt is
+// random per process: if the wall clock steps back across a restart, or two
+// processes run with the same member and incarnation (a configuration
+// error), a repeat additionally needs the same 32-bit salt.
+//
+// A receiver's replay window follows the counter, so a sender restarted
+// after its clock stepped back by more than its previous run sealed is
+// taken for a replay until the clock catches up: it fails safe (drops,
+// counted as TooOld), never by accepting a replay.
+//
+// # Replay window
+//
+// Each sender (member id and incarnation) that sent an authenticated
+// datagram has a sliding bitmap of WindowSize counters: a counter above the
+// highest seen is new, one inside the window new unless its bit is set
+// (Replay), one below it TooOld. The window moves only on a datagram whose
+// tag verified, so a forgery cannot push it. Memory is bounded: at most
+// MaxSenders senders, the least recently heard forgotten first. A receiver
+// restarted (or one that forgot a sender) accepts one earlier copy of a
+// sender's datagrams; the protocol's view ids and seqnos drop what is stale.
+//
+// # Rotation
+//
+// A Keyring holds up to MaxKeys keys: the first seals, all verify. Rotation
+// is three steps on every member: add the new key behind the current one
+// ([old, new]: everyone can verify it), make it current ([new, old]:
+// senders move; what is in flight under old still verifies), then drop the
+// old one ([new]: old datagrams fail as UnknownKey).
+//
+// # Cost
+//
+// Sealing and verifying do not allocate: the AEAD instances of the own and
+// of each known sender's subkey are kept, tags are computed over the
+// datagram in place, an encrypted body is encrypted out of place into the
+// buffer the engine writes (the sender's retention buffer keeps the
+// plaintext) and decrypted in place on receipt. Deriving a subkey
+// allocates; it happens once per sender incarnation and key, and a
+// derivation for a sender not yet known is rationed (DeriveBurst, DeriveRate)
+// so that forgeries naming random senders cannot buy unbounded CPU.
+package auth
