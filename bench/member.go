@@ -67,6 +67,14 @@ type MemberConfig struct {
 	// NoGSO turns the engine's UDP segmentation offload off
 	// (engine.Config.NoGSO).
 	NoGSO bool
+	// Keys, Encrypt and Insecure go to engine.Config: authenticated (and
+	// encrypted) datagrams, or open mode chosen off loopback. KeyFile is
+	// the key file Keys were read from (auth.ParseKeys): MemberArgs passes
+	// it to a member process as -key-file, never the keys themselves.
+	Keys     []engine.Key
+	KeyFile  string
+	Encrypt  bool
+	Insecure bool
 	// MsgSize is the size of each message (default 64, at least
 	// MinMsgSize).
 	MsgSize int
@@ -204,6 +212,7 @@ func (c MemberConfig) engineConfig(h engine.Handler) engine.Config {
 		Window: c.Window, RecvBuffer: c.RecvBuffer, BatchSize: c.BatchSize,
 		Idle: c.Idle, Threading: c.Threading, LossRate: c.LossRate, LossSeed: c.RunID ^ uint64(c.Index),
 		DiscardOwn: c.DiscardOwn, ExclusiveSender: c.ExclusiveSender, NoGSO: c.NoGSO, Logger: c.Logger, Handler: h,
+		Keys: c.Keys, Encrypt: c.Encrypt, Insecure: c.Insecure,
 	}
 }
 

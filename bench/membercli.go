@@ -69,6 +69,7 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 	if cfg.NoGSO {
 		a = append(a, "-no-gso")
 	}
+	a = appendAuthArgs(a, cfg.KeyFile, cfg.Encrypt, cfg.Insecure)
 	return appendProcessArgs(a, cfg.Interface, cfg.Unicast, cfg.TTL, cfg.Timeout, waitStart)
 }
 
@@ -126,6 +127,9 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 	exclusive := fs.Bool("exclusive-sender", false, "one goroutine sends (engine.Config.ExclusiveSender): the publication ring claims without a compare-and-swap")
 	noGSO := fs.Bool("no-gso", false, "UDP segmentation offload off (engine.Config.NoGSO)")
 	noLoop := fs.Bool("no-loopback", false, "multicast loopback off (engine.Config.NoLoopback): only for a member alone in its host or namespace")
+	keyFile := fs.String("key-file", "", "group key file (lines \"ID HEX\", current key first; engine.Config.Keys): authenticated datagrams")
+	encrypt := fs.Bool("encrypt", false, "with -key-file, also encrypt datagram bodies (engine.Config.Encrypt)")
+	insecure := fs.Bool("insecure", false, "open mode off loopback: datagrams not authenticated (engine.Config.Insecure)")
 	outFile := fs.String("out", "-", "result file (- for stdout)")
 	wait := fs.Bool("wait-start", false, "print "+ReadyLine+" once open, then wait for a line on stdin before sending")
 	if err := fs.Parse(args); err != nil {
@@ -162,6 +166,10 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 		}
 	}
 	cfg.AllowNonLoopback = *iface != "lo"
+	cfg.Encrypt, cfg.Insecure = *encrypt, *insecure
+	if cfg.Keys, cfg.KeyFile, err = ReadKeyFile(*keyFile); err != nil {
+		return bad("-key-file: %v", err)
+	}
 	if cfg.Idle, err = engine.ParseIdleStrategy(*idle); err != nil {
 		return bad("-idle: %v", err)
 	}

@@ -169,11 +169,29 @@ func ipCmd(ctx context.Context, args ...string) error {
 	return nil
 }
 
+// netnsKeys gives the members of a namespace run their key file: by
+// default a key generated for the run (the members are off loopback, where
+// open mode must be chosen: Member.Insecure), or Member.Keys written out.
+func netnsKeys(mc *MemberConfig, dir string) error {
+	var err error
+	switch {
+	case mc.Insecure || mc.KeyFile != "":
+	case len(mc.Keys) == 0:
+		mc.Keys, mc.KeyFile, err = WriteKeyFile(dir)
+	default:
+		mc.KeyFile = filepath.Join(dir, "keys")
+		err = writeKeys(mc.KeyFile, mc.Keys)
+	}
+	return err
+}
+
 // NetnsRunConfig configures RunNetns.
 type NetnsRunConfig struct {
 	// Member is the template of every member (Members, Senders, MsgSize,
 	// Count or Duration, Idle...); Interface, Unicast, TTL, Group and
 	// RunID are set per run. LossRate applies to the receivers only.
+	// Without Keys (or KeyFile) and Insecure the run generates a group key:
+	// its datagrams are authenticated (Encrypt: and encrypted).
 	Member MemberConfig
 	// Netns, if set, are namespaces made by SetupNetns to run in (at least
 	// Member.Members of them); the caller keeps them and closes them.
@@ -235,6 +253,9 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	if err := netnsKeys(&mc, dir); err != nil {
+		return nil, err
+	}
 
 	senders := map[int]bool{}
 	for _, s := range mc.Senders {

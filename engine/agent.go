@@ -600,6 +600,9 @@ func (a *agent) receiveOne(i int, now time.Duration) {
 		}
 		return
 	}
+	if (m.sec != nil || h.Auth()) && !a.verify(b.B[:n], h, now) {
+		return // counted by reason; the buffer stays in its slot
+	}
 	if src := a.srcs[i]; src.IsValid() {
 		if old, ok := a.addrs[h.Sender]; !ok || old != src {
 			if len(a.addrs) < 4*a.viewSize+64 {
@@ -1021,6 +1024,9 @@ func (a *agent) write(w *wbatch) {
 	m := a.m
 	if a.dedicated {
 		m.wmu.Lock()
+	}
+	if m.sec != nil {
+		m.sec.seal(w, m.pool, &m.ctr)
 	}
 	n, err := m.tr.WriteBatch(w.b, w.dsts)
 	if a.dedicated {

@@ -424,6 +424,25 @@ type Config struct {
 	// DeliverBatch is the most messages delivered per agent iteration in
 	// push mode (default 1024).
 	DeliverBatch int
+	// Keys, if set, authenticate every datagram this member sends and
+	// receives (engine/auth): Keys[0] seals, every key verifies (at most
+	// 4, distinct ids; Member.SetKeys rotates them on a running member).
+	// A datagram without a valid tag under one of them, or replayed, is
+	// dropped before anything reads it and counted in Stats.Drops.Auth.
+	// Every member of the group needs the same keys. Nil (the default) is
+	// open mode: nothing is authenticated, which off loopback must be
+	// chosen with Insecure.
+	Keys []Key
+	// Encrypt, with Keys, also encrypts the body of every datagram sent
+	// (everything after the 24-byte common header). Members decrypt
+	// whatever arrives encrypted either way.
+	Encrypt bool
+	// Insecure chooses open mode (no Keys) off loopback, where it is
+	// otherwise refused: datagrams are not authenticated, and the member
+	// says so once in the log. Not needed on loopback, where open mode is
+	// the default.
+	Insecure bool
+
 	// DiscardOwn: this member's own messages are not delivered to it (not
 	// to the Handler, not by Poll), as with JGroups' discard_own_messages;
 	// the other members deliver them as usual. They still count as
@@ -494,6 +513,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if u := c.Unicast.Addr(); u.Is4() != g.Is4() || u.IsMulticast() || (!u.IsLoopback() && !c.AllowNonLoopback) {
 		return bad("Unicast %v: want a loopback unicast address of the group's family (any unicast address with AllowNonLoopback)", c.Unicast)
+	}
+	if err := c.checkKeys(ifi.Flags&net.FlagLoopback == 0 || !c.Unicast.Addr().IsLoopback()); err != nil {
+		return c, err
 	}
 	switch c.Transport {
 	case "":

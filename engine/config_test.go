@@ -139,7 +139,7 @@ func TestConfigTransportAuto(t *testing.T) {
 }
 
 func TestConfigNonLoopbackNeedsOptIn(t *testing.T) {
-	c := Config{Unicast: netip.MustParseAddrPort("10.1.2.3:0"), AllowNonLoopback: true}
+	c := Config{Unicast: netip.MustParseAddrPort("10.1.2.3:0"), AllowNonLoopback: true, Insecure: true}
 	require.NoError(t, c.Validate())
 	c = Config{TTL: 8, AllowNonLoopback: true}
 	require.NoError(t, c.Validate())

@@ -82,6 +82,7 @@ type netnsRun struct {
 	dir   string
 	ids   []uint64 // member i's ID
 	procs []*netnsProc
+	keys  string // the run's group key file
 }
 
 // newNetnsRun makes n member namespaces (deleted at test end).
@@ -104,6 +105,8 @@ func newNetnsRun(t *testing.T, n int) *netnsRun {
 		}
 	})
 	r := &netnsRun{t: t, ns: ns, exe: exe, dir: t.TempDir(), procs: make([]*netnsProc, n)}
+	_, r.keys, err = bench.WriteKeyFile(r.dir)
+	require.NoError(t, err)
 	base := rand.Uint64()&^0xffff | 0x10000
 	for i := range n {
 		r.ids = append(r.ids, base+uint64(i+1))
@@ -154,6 +157,7 @@ func (r *netnsRun) config(i int) netnsMemberConfig {
 		ProbeTimeout:      500 * time.Millisecond,
 		DiscoveryTimeout:  500 * time.Millisecond,
 		Result:            filepath.Join(r.dir, fmt.Sprintf("result%d.json", i)),
+		KeyFile:           r.keys,
 	}
 }
 

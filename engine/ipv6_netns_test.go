@@ -55,7 +55,7 @@ func TestIPv6GroupInNetns(t *testing.T) {
 	for i := range ms {
 		recs[i] = newRecorder(-1)
 		c := Config{
-			Group: group, Interface: "va", AllowNonLoopback: true,
+			Group: group, Interface: "va", AllowNonLoopback: true, Insecure: true,
 			Unicast: netip.MustParseAddrPort("[fd00:77::1]:0"),
 			Self:    ids[i], Members: ids, Handler: recs[i],
 			LossRate: 0.05, LossSeed: uint64(i + 1), Logger: quietLogger(),

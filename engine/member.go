@@ -46,6 +46,7 @@ type Member struct {
 	q       *sendQueue
 	epoch   time.Time
 	log     *logger
+	sec     *security // nil: open mode
 
 	// mu guards proto: the agent holds it for one iteration's protocol
 	// work (never during a syscall), Poll holds it for one batch of
@@ -133,6 +134,11 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 		stateCh:   make(chan error, 1),
 	}
 	m.selfV.Store(cfg.Self)
+	if m.sec, err = newSecurity(cfg); err != nil {
+		tr.Close()
+		return nil, fmt.Errorf("open: %w: %w", ErrInvalidConfig, err)
+	}
+	m.logAuthMode()
 	if m.info.BufferCapped {
 		m.log.l.Warn("socket buffers capped by the kernel (net.core.rmem_max/wmem_max); expect drops at full rate",
 			"group_rcvbuf", m.info.GroupRecvBuffer, "unicast_rcvbuf", m.info.UnicastRecvBuffer, "sndbuf", m.info.SendBuffer,

@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nakcast/nakcast/bench"
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/engine"
 )
@@ -74,6 +75,9 @@ type netnsMemberConfig struct {
 	ProbeTimeout      time.Duration
 	DiscoveryTimeout  time.Duration
 	Result            string
+	// KeyFile is the group key file (the run generates one): datagrams
+	// are authenticated. Empty: open mode (Config.Insecure).
+	KeyFile string
 }
 
 // netnsLine is one line a member prints.
@@ -320,7 +324,13 @@ func netnsMemberMain(path string, stdin io.Reader, stdout io.Writer) error {
 	}()
 
 	app := newNetnsApp()
+	keys, _, err := bench.ReadKeyFile(mc.KeyFile)
+	if err != nil {
+		return err
+	}
 	cfg := engine.Config{
+		Keys:              keys,
+		Insecure:          len(keys) == 0,
 		Group:             mc.Group,
 		Interface:         "eth0",
 		TTL:               1,

@@ -59,7 +59,7 @@ func (m *Member) newNakack(self digest.Member, stableIval time.Duration) (*nakac
 		Self:           self,
 		Group:          cfg.GroupID,
 		Pool:           m.pool,
-		MaxDatagram:    cfg.BundleBytes,
+		MaxDatagram:    m.protoDatagram(),
 		SendWindow:     cfg.Window,
 		RecvWindow:     2 * cfg.Window, // slack for a receiver that missed a STABILITY (purges late): fewer Full drops and repairs
 		MaxMessage:     cfg.MaxMessage,

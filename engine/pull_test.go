@@ -153,12 +153,15 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 	for _, tc := range []struct {
 		size  int
 		thr   Threading
-		batch bool // SendBatch in batches of 64 instead of TrySend
-		excl  bool // Config.ExclusiveSender
-	}{{64, ThreadingShared, false, false}, {1024, ThreadingShared, false, false}, {64, ThreadingDedicated, false, false}, {1024, ThreadingDedicated, false, false},
-		{64, ThreadingShared, true, false}, {1024, ThreadingDedicated, true, false},
-		{64, ThreadingInvoked, false, false}, {64, ThreadingInvoked, true, false},
-		{64, ThreadingShared, false, true}, {64, ThreadingShared, true, true}} {
+		batch bool   // SendBatch in batches of 64 instead of TrySend
+		excl  bool   // Config.ExclusiveSender
+		auth  string // "", "signed" (Config.Keys) or "encrypted" (and Config.Encrypt)
+	}{{64, ThreadingShared, false, false, ""}, {1024, ThreadingShared, false, false, ""}, {64, ThreadingDedicated, false, false, ""}, {1024, ThreadingDedicated, false, false, ""},
+		{64, ThreadingShared, true, false, ""}, {1024, ThreadingDedicated, true, false, ""},
+		{64, ThreadingInvoked, false, false, ""}, {64, ThreadingInvoked, true, false, ""},
+		{64, ThreadingShared, false, true, ""}, {64, ThreadingShared, true, true, ""},
+		{64, ThreadingShared, false, false, "signed"}, {1024, ThreadingShared, false, false, "encrypted"},
+		{64, ThreadingDedicated, false, false, "encrypted"}, {64, ThreadingInvoked, true, false, "signed"}} {
 		size := tc.size
 		name := map[int]string{64: "64B", 1024: "1KiB"}[size] + "/" + tc.thr.String()
 		if tc.batch {
@@ -167,9 +170,20 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 		if tc.excl {
 			name += "/exclusive"
 		}
+		if tc.auth != "" {
+			name += "/" + tc.auth
+		}
 		t.Run(name, func(t *testing.T) {
 			cs := []*counter{{}, {}}
-			ms := openGroup(t, 2, func(i int, c *Config) { c.Handler = cs[i]; c.Threading = tc.thr; c.ExclusiveSender = tc.excl })
+			keys := testKeys(t, 1)
+			ms := openGroup(t, 2, func(i int, c *Config) {
+				c.Handler = cs[i]
+				c.Threading = tc.thr
+				c.ExclusiveSender = tc.excl
+				if tc.auth != "" {
+					c.Keys, c.Encrypt = keys, tc.auth == "encrypted"
+				}
+			})
 			payload := make([]byte, size)
 			const batch = 5000
 			ps := make([][]byte, 64)

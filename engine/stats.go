@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/engine/auth"
 	"github.com/nakcast/nakcast/engine/transport"
 	"github.com/nakcast/nakcast/gms"
 	"github.com/nakcast/nakcast/nakack"
@@ -40,6 +41,7 @@ type counters struct {
 	dropBadAddress       atomic.Uint64
 	suspicions           atomic.Uint64
 	unsuspicions         atomic.Uint64
+	dropAuth             [auth.NumReasons]atomic.Uint64
 }
 
 // Drops counts dropped datagrams (or messages, where noted) by reason.
@@ -77,6 +79,40 @@ type Drops struct {
 	// Drops.Departed: its own datagrams before the cut is fixed, anything
 	// beyond the cut or declared lost after).
 	Departed uint64
+	// Auth: datagrams that failed authentication (Config.Keys), by reason;
+	// dropped before anything read them.
+	Auth AuthDrops
+}
+
+// AuthDrops counts datagrams refused by authentication, by reason (the
+// reasons of engine/auth, in the order they are checked).
+type AuthDrops struct {
+	NoTrailer  uint64 // no authentication trailer (a member without the key, or stray traffic)
+	UnknownKey uint64 // key id not among Config.Keys (another group's key, or retired)
+	Replay     uint64 // nonce counter already accepted from that sender
+	TooOld     uint64 // nonce counter below the sender's replay window
+	Throttled  uint64 // unknown sender while the subkey derivation budget was spent
+	BadTag     uint64 // tag does not verify: forged, corrupted, or another secret
+	NoKey      uint64 // authenticated datagram reaching a member without keys
+}
+
+// Total returns the sum over the reasons.
+func (d AuthDrops) Total() uint64 {
+	return d.NoTrailer + d.UnknownKey + d.Replay + d.TooOld + d.Throttled + d.BadTag + d.NoKey
+}
+
+// AuthStats describe a member's authentication.
+type AuthStats struct {
+	// Mode is "open", "signed" or "encrypted"; KeyID the key that seals
+	// (0 in open mode).
+	Mode  string
+	KeyID uint16
+	// Senders is how many senders have a replay window, Derived how many
+	// subkeys were derived, Forgotten how many senders were dropped to
+	// stay within auth.MaxSenders.
+	Senders   int
+	Derived   uint64
+	Forgotten uint64
 }
 
 // SenderWindow is this member's view of one sender: Low is the highest
@@ -147,6 +183,8 @@ type Stats struct {
 	Unsuspicions uint64
 	MembershipIn uint64
 	Drops        Drops
+	// Auth is the authentication mode and state (Config.Keys).
+	Auth AuthStats
 	// View is the installed view (zero while not in one) and Members its
 	// members, coordinator first.
 	View    digest.ViewID
@@ -199,6 +237,7 @@ func (m *Member) Stats() Stats {
 	if m.g != nil {
 		gs = m.g.Stats()
 	}
+	as := m.authStats()
 	m.mu.Unlock()
 	s := Stats{
 		Sent:                 ps.Sent,
@@ -244,7 +283,9 @@ func (m *Member) Stats() Stats {
 			NotJoined:    m.ctr.dropNotJoined.Load(),
 			BadAddress:   m.ctr.dropBadAddress.Load(),
 			Departed:     ps.Drops.Departed,
+			Auth:         m.authDrops(),
 		},
+		Auth:      as,
 		Repair:    ps.Repair,
 		Protocol:  ps,
 		Pool:      m.pool.Stats(),

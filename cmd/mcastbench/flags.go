@@ -42,6 +42,9 @@ type engineFlags struct {
 	discardOwn       bool
 	exclusive        bool
 	noGSO            bool
+	keyFile          string
+	encrypt          bool
+	insecure         bool
 }
 
 func (f *engineFlags) register(fs *flag.FlagSet, members int, duration time.Duration) {
@@ -64,6 +67,9 @@ func (f *engineFlags) register(fs *flag.FlagSet, members int, duration time.Dura
 	fs.IntVar(&f.batch, "batch", 0, "senders send with SendBatch, this many messages a call (0 or 1: Send per message)")
 	fs.BoolVar(&f.noGSO, "no-gso", false, "UDP segmentation offload off, for the engine and the raw baseline alike: every datagram goes through the kernel's send path on its own (the raw bundler as the engine issue defines it)")
 	fs.BoolVar(&f.discardOwn, "discard-own", false, "senders do not deliver their own messages (engine.Config.DiscardOwn); each records what it sent, and receivers are verified against that")
+	fs.StringVar(&f.keyFile, "key-file", "", "group key file, one key a line as \"ID HEX\" (32 or 64 hex digits), the current key first (engine.Config.Keys): every datagram is authenticated; the key is never printed")
+	fs.BoolVar(&f.encrypt, "encrypt", false, "with -key-file, also encrypt datagram bodies (engine.Config.Encrypt)")
+	fs.BoolVar(&f.insecure, "insecure", false, "off loopback, run in open mode without a key (engine.Config.Insecure); namespace runs otherwise generate a key")
 	fs.BoolVar(&f.exclusive, "exclusive-sender", false, "each sender sends from one goroutine and says so (engine.Config.ExclusiveSender): its publication ring claims without a compare-and-swap")
 }
 
@@ -86,6 +92,13 @@ func (f *engineFlags) check() error {
 		return usagef("-sample %d: want >= 0", f.sample)
 	case f.batch < 0 || f.batch > 4096:
 		return usagef("-batch %d: want 0..4096", f.batch)
+	case f.encrypt && f.keyFile == "":
+		return usagef("-encrypt: needs -key-file")
+	case f.insecure && f.keyFile != "":
+		return usagef("-insecure with -key-file: choose one")
+	}
+	if _, _, err := bench.ReadKeyFile(f.keyFile); err != nil {
+		return usagef("-key-file: %v", err)
 	}
 	switch f.transport {
 	case "udp", "auto":
@@ -128,8 +141,10 @@ func parseIdle(s string) (engine.IdleStrategy, error) {
 	return v, nil
 }
 
-// memberConfig is the template member config of the flags.
+// memberConfig is the template member config of the flags (check has
+// read the key file once already).
 func (f *engineFlags) memberConfig() bench.MemberConfig {
+	keys, keyFile, _ := bench.ReadKeyFile(f.keyFile)
 	idle, _ := parseIdle(f.idle)
 	thr, _ := parseThreading(f.threading)
 	senders := make([]int, f.senders)
@@ -144,7 +159,7 @@ func (f *engineFlags) memberConfig() bench.MemberConfig {
 		MsgSize: f.size, Count: f.count, Duration: f.duration, Idle: idle, Threading: thr, Transport: f.transport,
 		MaxDatagram: f.datagram, BundleBytes: f.bundleBytes, BundleDelay: f.bundleDelay, Window: f.window,
 		SampleEvery: sampleEvery(f.sample, f.size), SendBatch: f.batch, DiscardOwn: f.discardOwn,
-		ExclusiveSender: f.exclusive, NoGSO: f.noGSO}
+		ExclusiveSender: f.exclusive, NoGSO: f.noGSO, Keys: keys, KeyFile: keyFile, Encrypt: f.encrypt, Insecure: f.insecure}
 }
 
 // sampleEvery is the latency sampling: every message from 1 KiB up, one

@@ -122,6 +122,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		{"wrong_view", d.WrongView}, {"no_buffer", d.NoBuffer}, {"injected", d.Injected},
 		{"send_failed", d.SendFailed}, {"reassembly", d.Reassembly}, {"self", d.Self},
 		{"not_joined", d.NotJoined}, {"bad_address", d.BadAddress}, {"departed", d.Departed},
+		{"auth_no_trailer", d.Auth.NoTrailer}, {"auth_unknown_key", d.Auth.UnknownKey}, {"auth_replay", d.Auth.Replay},
+		{"auth_too_old", d.Auth.TooOld}, {"auth_throttled", d.Auth.Throttled}, {"auth_bad_tag", d.Auth.BadTag}, {"auth_no_key", d.Auth.NoKey},
 	} {
 		ch <- prometheus.MustNewConstMetric(c.drops, prometheus.CounterValue, float64(r.v), r.reason)
 	}
