@@ -210,6 +210,12 @@ type NetnsRunConfig struct {
 	Kill func(i int, p *os.Process)
 	// Progress, if set, receives one line per step.
 	Progress func(string)
+	// Pcap, if set, is a directory where eth0 of each member namespace is
+	// captured while the members run (CaptureFile(i), with the Wireshark
+	// dissector beside them); PcapSnapLen keeps at most that many bytes of
+	// each frame (0: all).
+	Pcap        string
+	PcapSnapLen int
 }
 
 // NetnsGroup is the group of runs in namespaces: it only exists inside
@@ -272,7 +278,11 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 		out := filepath.Join(dir, fmt.Sprintf("member%d.json", i))
 		specs[i] = procSpec{argv: append(append([]string(nil), cfg.Exe...), MemberArgs(c, out, true)...), out: out}
 	}
-	errs := []error{runNetnsProcs(ctx, ns, specs, cfg.Env, cfg.Kill, progress)}
+	stopCaptures, err := startCaptures(ns, mc.Members, cfg.Pcap, cfg.PcapSnapLen, progress)
+	if err != nil {
+		return nil, err
+	}
+	errs := []error{runNetnsProcs(ctx, ns, specs, cfg.Env, cfg.Kill, progress), stopCaptures()}
 	results := make([]MemberResult, mc.Members)
 	for i, sp := range specs {
 		b, err := os.ReadFile(sp.out)

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/nakcast/nakcast/bench"
 	"github.com/nakcast/nakcast/engine"
+	"github.com/nakcast/nakcast/wire/wireshark"
 )
 
 // runNetns runs one member process per network namespace (root), beside
@@ -23,6 +25,8 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	out.registerPlot(fs)
 	mtu := fs.Int("mtu", 1500, "MTU of the veth pairs and the bridge (datagrams of MTU-28 bytes)")
 	noRaw := fs.Bool("noraw", false, "skip the raw baseline")
+	pcap := fs.String("pcap", "", "capture eth0 of each member namespace during the nakcast run into `DIR`/member<i>.pcap,\nwith the Wireshark dissector nakcast.lua beside them (wireshark -X lua_script:DIR/nakcast.lua DIR/member0.pcap)")
+	pcapSnap := fs.Int("pcap-snaplen", 0, "with -pcap, keep at most this many bytes of each frame (0: all; 200 keeps the headers and the first messages)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -34,6 +38,9 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := out.check(); err != nil {
 		return err
+	}
+	if *pcapSnap < 0 {
+		return usagef("-pcap-snaplen %d: want 0 (all) or more", *pcapSnap)
 	}
 	if *mtu < 576 || *mtu > 65535 {
 		return usagef("-mtu %d: want 576..65535", *mtu)
@@ -82,7 +89,12 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg.Group = ef.groupOrZero()
 	cfg.LossRate = ef.loss
 	progressLine("nakcast")
-	rs, runErr := bench.RunNetns(ctx, bench.NetnsRunConfig{Member: cfg, Netns: ns, Exe: []string{exe, "member"}, Progress: progressLine})
+	rs, runErr := bench.RunNetns(ctx, bench.NetnsRunConfig{Member: cfg, Netns: ns, Exe: []string{exe, "member"}, Progress: progressLine,
+		Pcap: *pcap, PcapSnapLen: *pcapSnap})
+	if *pcap != "" {
+		progressLine(fmt.Sprintf("open a capture with: wireshark -X lua_script:%s %s",
+			filepath.Join(*pcap, wireshark.DissectorFile), filepath.Join(*pcap, bench.CaptureFile(0))))
+	}
 	if len(rs) == 0 {
 		return runErr
 	}
