@@ -791,6 +791,7 @@ local function dissect(tvb, pinfo, root)
 		end
 		local stop = math.min(d.off, d.cap)
 		if stop > HEADER_LEN then body:set_len(stop - HEADER_LEN) end
+		if spec.info then body:set_text(name .. spec.info(d.ctx)) end
 	elseif d.lim > HEADER_LEN and d.cap > HEADER_LEN then
 		root:add(F.body, tvb(HEADER_LEN, math.min(d.lim, d.cap) - HEADER_LEN))
 	end
