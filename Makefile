@@ -63,7 +63,7 @@ generate:
 
 # 10,000 simulator seeds (and the 1,000-receiver scale run).
 sim-long:
-	$(GO) test -count=1 -timeout 120m ./sim/ -sim.seeds=10000 -sim.scale=1000
+	$(GO) test -count=1 -timeout 120m ./sim/ -sim.seeds=10000 -sim.scale=200,1000 -sim.scaleseeds=10
 
 clean:
 	$(GO) clean -testcache

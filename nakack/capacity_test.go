@@ -8,10 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Windows are as large as the senders' rings (RecvWindow == SendWindow), but
-// a receiver purges only on STABILITY: one that gets it late, or loses it,
+// A receiver purges only on STABILITY: one that gets it late, or loses it,
 // still holds the previous window when the sender, already purged, sends the
-// next one. Those tests pin down what happens beyond a window's capacity.
+// next one. A sender sends nothing beyond RecvWindow above the lowest Low the
+// members reported (SendLimit), so that happens only to a member whose
+// window is smaller than the sender's RecvWindow (configs differ) or after a
+// forced purge. Those tests pin down what happens beyond a window's
+// capacity.
 
 // tightWindows gives every member RecvWindow == SendWindow == 64, bundles of
 // 8 messages.
@@ -21,14 +24,20 @@ func tightWindows(cfg *Config) {
 
 // TestLateStabilityRerequestsFullDrops: B drops A's second window as Full
 // because the STABILITY that lets it purge the first is late (or lost and
-// only the next round's arrives). The purge that finally comes re-checks
-// the gaps: B requests 65..128 one reorder delay later (not after a backoff,
-// and not never: the deadlock of sim seed 28 with tight windows), and A is
-// no longer back-pressured once the next round purges.
+// only the next round's arrives) and A assumes receive windows of 128
+// (its RecvWindow) where B's holds 64. The purge that finally comes
+// re-checks the gaps: B requests 65..128 one reorder delay later (not
+// after a backoff, and not never: the deadlock of sim seed 28 with tight
+// windows), and A is no longer back-pressured once the next round purges.
 func TestLateStabilityRerequestsFullDrops(t *testing.T) {
 	for _, lost := range []bool{false, true} {
 		t.Run(map[bool]string{false: "late", true: "lost-next-round"}[lost], func(t *testing.T) {
-			c := newCluster(t, tightWindows, mA, mB)
+			c := newCluster(t, func(cfg *Config) {
+				tightWindows(cfg)
+				if cfg.Self == mA {
+					cfg.RecvWindow = 128
+				}
+			}, mA, mB)
 			a, b := c.p(mA), c.p(mB)
 			c.deliver(c.send(mA, false, payloads("a", 1, 64)...), nil)
 			c.poll()

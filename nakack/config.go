@@ -52,10 +52,14 @@ type Config struct {
 	// Send back-pressures when this many are unpurged. Default 4096.
 	SendWindow int
 	// RecvWindow is the capacity of each per-sender receive window (power of
-	// two, >= SendWindow so a sender runs at most one window ahead of a
-	// member that purges late; what arrives beyond it is dropped and
-	// requested after the purge: see the package doc, "Windows, capacity
-	// and late stability"). Default SendWindow.
+	// two, >= SendWindow). It should be the same at every member: a sender
+	// sends nothing beyond RecvWindow above the lowest point any member's
+	// window for it starts at (SendLimit), so that a member that purges
+	// late, its STABILITY lost, discards nothing; at 2x SendWindow that
+	// bound waits only for a member that missed two STABILITYs in a row,
+	// at SendWindow for every member's next report after each purge. See
+	// the package doc, "Windows, capacity and late stability". Default 2x
+	// SendWindow.
 	RecvWindow int
 	// MaxMessage is the largest message Send accepts (fragmented above one
 	// bundle). Default 1 MiB or what a quarter of SendWindow holds in
@@ -176,7 +180,7 @@ func (c *Config) setDefaults() error {
 	}
 	def(&c.MaxBundle, 1024)
 	def(&c.SendWindow, 4096)
-	def(&c.RecvWindow, c.SendWindow)
+	def(&c.RecvWindow, 2*c.SendWindow)
 	def(&c.MaxMessage, min(1<<20, max(1, c.SendWindow/4)*wire.MaxFragPayload(c.MaxDatagram)))
 	def(&c.MaxNakRanges, 1024)
 	def(&c.RepairBudget, 65536)
@@ -318,6 +322,7 @@ type Stats struct {
 	StableSent          uint64
 	StabilitySent       uint64
 	StabilityReceived   uint64
+	StableChased        uint64 // coordinator: reports asked for again (STABILITY with FlagReport) because a round lacked them
 	Purged              uint64 // messages released by stability (or forced) purges
 	HighestSent         uint64
 	Drops               Drops

@@ -179,6 +179,7 @@ func (p *Protocol) installView(v View, d digest.Digest, merge bool, now time.Dur
 		}
 	}
 	p.round.init(n, p.stablePer())
+	p.lastStab, p.chaseAt = p.lastStab[:0], NoDeadline
 	p.groupRecv = 0 // a new member may not have read anything yet
 	if p.hasView && p.stableAt == NoDeadline {
 		p.stableAt = now + p.cfg.StableInterval
@@ -558,6 +559,11 @@ func (p *Protocol) ForcePurge(m digest.Member, upto uint64) (int, error) {
 	}
 	n := p.purgeWin(s, upto)
 	p.stats.Purged += uint64(n)
+	if s.own {
+		// Stability is overridden: so is the receive windows' bound on
+		// sending (SendLimit).
+		p.groupLow = max(p.groupLow, s.win.Low())
+	}
 	if n > 0 {
 		p.roomMade(s, p.clock)
 	}

@@ -135,7 +135,7 @@ func testConfig(self digest.Member) Config {
 		Group:           testGroup,
 		MaxDatagram:     1400,
 		SendWindow:      512,
-		RecvWindow:      512,
+		RecvWindow:      1024,
 		NakDelay:        2 * time.Millisecond,
 		NakJitter:       time.Millisecond,
 		NakInterval:     10 * time.Millisecond,

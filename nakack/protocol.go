@@ -271,13 +271,23 @@ type Protocol struct {
 	budgetAt        time.Duration
 
 	round stableRound
+	// lastStab is the last STABILITY this coordinator emitted (repeated to
+	// a member that missed it, and with chases); chaseAt is when the
+	// round's missing reports are asked for next, chaseIval the delay
+	// after that (chase).
+	lastStab  []digest.Entry
+	chaseAt   time.Duration
+	chaseIval time.Duration
 	// groupRecv: the Received of the own entry in the last STABILITY of
 	// the current view (every member read up to it); see GroupReceived.
 	groupRecv uint64
-	captures  []capture
-	capSeq    uint64
-	history   *digest.History
-	pending   []pendingDgram
+	// groupLow: the highest Low of the own entry in a STABILITY (every
+	// member's window starts at or above it); see SendLimit.
+	groupLow uint64
+	captures []capture
+	capSeq   uint64
+	history  *digest.History
+	pending  []pendingDgram
 
 	scratch []msg
 	// offs receives a DATA datagram's message offsets as onData decodes
@@ -323,6 +333,7 @@ func New(cfg Config) (*Protocol, error) {
 		repairLinger: cfg.RepairLinger,
 		stableAt:     NoDeadline,
 		highestAt:    NoDeadline,
+		chaseAt:      NoDeadline,
 	}
 	p.ownPend = make([]msg, cfg.MaxBundle)
 	p.pscr = make([][]byte, 0, len(p.dscr))
@@ -635,6 +646,9 @@ func (p *Protocol) Tick(now time.Duration) {
 			p.sendStable(now)
 		}
 	}
+	if now >= p.chaseAt {
+		p.chase(now)
+	}
 	if now >= p.highestAt {
 		p.announceHighest(now)
 	}
@@ -643,7 +657,7 @@ func (p *Protocol) Tick(now time.Duration) {
 // NextDeadline returns when Tick must next be called (NoDeadline if no timer
 // is armed).
 func (p *Protocol) NextDeadline() time.Duration {
-	d := min(p.stableAt, p.highestAt)
+	d := min(p.stableAt, p.highestAt, p.chaseAt)
 	if !p.hasView {
 		d = p.highestAt
 	}

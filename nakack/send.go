@@ -12,8 +12,8 @@ import (
 // open bundle (or, above one bundle's capacity, to fragments each with their
 // own seqno, all claimed at once). The message is retained until stable and
 // delivered to self through Poll. It returns ErrBackPressure, claiming
-// nothing, when the own retention window cannot hold it or no buffer is
-// available; ErrTooLarge above Config.MaxMessage.
+// nothing, beyond SendLimit (the own retention window, or a member's
+// receive window, cannot hold it) or when no buffer is available; ErrTooLarge above Config.MaxMessage.
 func (p *Protocol) Send(payload []byte, now time.Duration) (uint64, error) {
 	if len(payload) > p.cfg.MaxMessage {
 		return 0, ErrTooLarge
@@ -21,8 +21,7 @@ func (p *Protocol) Send(payload []byte, now time.Duration) (uint64, error) {
 	if len(payload) > p.maxMsg {
 		return p.sendFragmented(payload, now)
 	}
-	w := p.own.win
-	if p.nextSeq-w.Low() > uint64(w.Capacity()) {
+	if p.nextSeq > p.SendLimit() {
 		p.stats.BackPressure++
 		return 0, ErrBackPressure
 	}
@@ -214,7 +213,7 @@ func (p *Protocol) sendFragmented(payload []byte, now time.Duration) (uint64, er
 	fp := p.fragP
 	count := (len(payload) + fp - 1) / fp
 	w := p.own.win
-	if p.nextSeq-1+uint64(count)-w.Low() > uint64(w.Capacity()) {
+	if p.nextSeq-1+uint64(count) > p.SendLimit() {
 		p.stats.BackPressure++
 		return 0, ErrBackPressure
 	}
@@ -622,10 +621,9 @@ func (p *Protocol) SendBatch(payloads [][]byte, now time.Duration) (first uint64
 		}
 		return seq, 1, nil
 	}
-	w := p.own.win
-	// Send refuses seqno s when s-Low > Capacity; Low does not move
-	// during the run (only purges raise it).
-	limit := w.Low() + uint64(w.Capacity())
+	// Send refuses seqnos above SendLimit, which does not move during the
+	// run (only STABILITY moves it).
+	limit := p.SendLimit()
 	if p.nextSeq > limit {
 		p.stats.BackPressure++
 		return 0, 0, ErrBackPressure

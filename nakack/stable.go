@@ -18,11 +18,20 @@ type stableRound struct {
 	n, per, chunks int
 	min            []uint64
 	minRecv        []uint64 // minimum Received per sender (STABILITY's Received)
+	minLow         []uint64 // minimum Low per sender (STABILITY's Low)
 	lack           []bool
 	got            []bool // member*chunks + chunk
 	nGot           int
 	seen           []uint64
 	foldSeq        uint64
+	// stab is the stable point of the last STABILITY per sender (view
+	// position; 0 before the first): a report whose Low lies below it
+	// comes from a member that missed that STABILITY, which gets a repeat
+	// (once per round: repeated, by member).
+	stab     []uint64
+	repeated []bool
+	// chasedGot is nGot at the last chase (-1 before the first).
+	chasedGot int
 }
 
 func (r *stableRound) init(n, per int) {
@@ -30,9 +39,12 @@ func (r *stableRound) init(n, per int) {
 	r.chunks = max(1, (n+r.per-1)/r.per)
 	r.min = make([]uint64, n)
 	r.minRecv = make([]uint64, n)
+	r.minLow = make([]uint64, n)
 	r.lack = make([]bool, n)
 	r.got = make([]bool, n*r.chunks)
 	r.seen = make([]uint64, n)
+	r.stab = make([]uint64, n)
+	r.repeated = make([]bool, n)
 	r.reset()
 }
 
@@ -40,10 +52,23 @@ func (r *stableRound) reset() {
 	for i := range r.min {
 		r.min[i] = math.MaxUint64
 		r.minRecv[i] = math.MaxUint64
+		r.minLow[i] = math.MaxUint64
 	}
 	clear(r.lack)
 	clear(r.got)
+	clear(r.repeated)
 	r.nGot = 0
+}
+
+// complete reports whether every chunk of the member at view position pos
+// is in the round.
+func (r *stableRound) complete(pos int) bool {
+	for c := 0; c < r.chunks; c++ {
+		if !r.got[pos*r.chunks+c] {
+			return false
+		}
+	}
+	return true
 }
 
 // stableEntries returns (in p.entries) the delivered digest this member
@@ -125,6 +150,12 @@ func (p *Protocol) sendStable(now time.Duration) {
 		for i := 0; i < len(es); i += per {
 			fold(p, self, wire.EntrySlice(es[i:min(len(es), i+per)]), now)
 		}
+		if p.round.nGot > 0 && p.chaseAt == NoDeadline {
+			// The round is due and lacks reports: chase them (chase).
+			p.chaseIval = p.chaseDelay()
+			p.chaseAt = now + p.chaseIval
+			p.round.chasedGot = -1
+		}
 		return
 	}
 	for i := 0; i < len(es); i += per {
@@ -153,7 +184,9 @@ func (p *Protocol) onStable(h wire.Header, body []byte, now time.Duration) error
 		p.stats.Drops.WrongView++
 		return nil
 	}
-	fold(p, from, st.Digest, now)
+	if fold(p, from, st.Digest, now) {
+		p.sendStability(h.Sender, 0) // it missed the last STABILITY: repeat it
+	}
 	if p.round.onlyMissing(p.viewPos[p.self]) {
 		// Every other member has reported: fold our own digest now, as of
 		// now, rather than at our next STABLE tick. The round closes as
@@ -179,15 +212,18 @@ func (r *stableRound) onlyMissing(pos int) bool {
 	return own < r.chunks && r.nGot-own == (r.n-1)*r.chunks
 }
 
-// fold adds one STABLE chunk from the member at view position from.
-func fold[E wire.Entries](p *Protocol, from int, d E, now time.Duration) {
+// fold adds one STABLE chunk from the member at view position from. It
+// reports whether the chunk shows that the member missed the last
+// STABILITY (a Low below its stable point) and has not been sent a repeat
+// of it in this round.
+func fold[E wire.Entries](p *Protocol, from int, d E, now time.Duration) (behind bool) {
 	r := &p.round
 	if d.Len() == 0 || r.n != len(p.view.Members) {
-		return
+		return false
 	}
 	pos0, ok := p.viewPos[d.At(0).Member]
 	if !ok {
-		return
+		return false
 	}
 	chunk := pos0 / r.per
 	r.foldSeq++
@@ -203,6 +239,12 @@ func fold[E wire.Entries](p *Protocol, from int, d E, now time.Duration) {
 		r.seen[j] = r.foldSeq
 		r.min[j] = min(r.min[j], e.Delivered)
 		r.minRecv[j] = min(r.minRecv[j], max(e.Received, e.Delivered))
+		r.minLow[j] = min(r.minLow[j], e.Low)
+		behind = behind || e.Low < r.stab[j]
+	}
+	behind = behind && !r.repeated[from]
+	if behind {
+		r.repeated[from] = true
 	}
 	for j := chunk * r.per; j < min(r.n, (chunk+1)*r.per); j++ {
 		if r.seen[j] != r.foldSeq {
@@ -217,43 +259,94 @@ func fold[E wire.Entries](p *Protocol, from int, d E, now time.Duration) {
 		p.emitStability(now)
 		r.reset()
 	}
+	return behind
 }
 
 // emitStability multicasts the round's minimum (senders no member lacked)
-// and applies it here: per sender, Low and Delivered are the minimum
-// delivered (the stable seqno), Received the minimum received (what every
-// member has read of that sender: GroupReceived).
+// and applies it here: per sender, Delivered is the minimum delivered (the
+// stable seqno, members purge up to it), Received the minimum received
+// (what every member has read of that sender: GroupReceived) and Low the
+// minimum Low (where every member's window starts: SendLimit). It keeps
+// the entries (lastStab) for repeats and chases, and starts the next
+// round's clock: members that get it report again one StableInterval
+// later (alignStable), the coordinator with them.
 func (p *Protocol) emitStability(now time.Duration) {
 	r := &p.round
-	es := p.entries[:0]
+	es := p.lastStab[:0]
 	for j, m := range p.view.Members {
 		if r.lack[j] || r.min[j] == 0 || r.min[j] == math.MaxUint64 {
 			continue
 		}
 		v := r.min[j]
-		es = append(es, digest.Entry{Member: m, Low: v, Delivered: v, Received: max(v, r.minRecv[j])})
+		r.stab[j] = v
+		es = append(es, digest.Entry{Member: m, Low: min(v, r.minLow[j]), Delivered: v, Received: max(v, r.minRecv[j])})
 	}
-	p.entries = es
+	p.lastStab = es
+	p.chaseAt = NoDeadline
 	if len(es) == 0 {
 		return
 	}
-	per := p.stablePer()
+	p.stableAt = now + p.cfg.StableInterval
 	if len(p.view.Members) > 1 {
-		for i := 0; i < len(es); i += per {
-			chunk := es[i:min(len(es), i+per)]
-			b := p.getBuf(wire.StableOverhead + len(chunk)*wire.EntryLen)
-			if b == nil {
-				break
-			}
-			d, err := wire.EncodeStability(b.B, p.hdr, p.view.ID, wire.EntrySlice(chunk))
-			if err != nil {
-				panic(err)
-			}
-			p.emit(digest.Member{}, b, len(d))
-			p.stats.StabilitySent++
-		}
+		p.sendStability(digest.Member{}, 0)
 	}
 	applyStability(p, wire.EntrySlice(es), now)
+}
+
+// sendStability sends the last STABILITY (lastStab; empty before the
+// first) to to (zero: multicast), with flags (FlagReport: a chase).
+func (p *Protocol) sendStability(to digest.Member, flags uint8) {
+	es := p.lastStab
+	per := p.stablePer()
+	h := p.hdr
+	h.Flags |= flags
+	for i := 0; i == 0 || i < len(es); i += per {
+		chunk := es[i:min(len(es), i+per)]
+		b := p.getBuf(wire.StableOverhead + len(chunk)*wire.EntryLen)
+		if b == nil {
+			return
+		}
+		d, err := wire.EncodeStability(b.B, h, p.view.ID, wire.EntrySlice(chunk))
+		if err != nil {
+			panic(err)
+		}
+		p.emit(to, b, len(d))
+		p.stats.StabilitySent++
+	}
+}
+
+// chaseDelay is how long after its own report the coordinator waits for
+// the round's missing reports before asking for them (chase): NakInterval
+// (scaled to the view: it exceeds a round trip), at most StableInterval/2.
+func (p *Protocol) chaseDelay() time.Duration {
+	return max(1, min(p.nakInterval, p.cfg.StableInterval/2))
+}
+
+// chase asks every member the round still lacks a report from for its
+// STABLE (a STABILITY with FlagReport, unicast, repeating the last one,
+// which it may have missed too), and rearms: after the same delay while
+// the last chase brought reports in, after a doubled one (up to
+// StableInterval) when it brought none (a member that is gone and not yet
+// out of the view). A lost STABLE so costs the round a chase delay, not a
+// StableInterval; at a thousand members some report of every round is
+// lost, and some answers to a chase too.
+func (p *Protocol) chase(now time.Duration) {
+	r := &p.round
+	if r.nGot == r.chasedGot {
+		p.chaseIval = min(2*p.chaseIval, p.cfg.StableInterval)
+	}
+	r.chasedGot = r.nGot
+	p.chaseAt = now + p.chaseIval
+	if !p.hasView || p.coord != p.self || r.n != len(p.view.Members) || r.nGot == 0 {
+		p.chaseAt = NoDeadline
+		return
+	}
+	for pos, m := range p.view.Members {
+		if m != p.self && !r.complete(pos) {
+			p.sendStability(m, wire.FlagReport)
+			p.stats.StableChased++
+		}
+	}
 }
 
 func (p *Protocol) onStability(h wire.Header, body []byte, now time.Duration) error {
@@ -268,7 +361,37 @@ func (p *Protocol) onStability(h wire.Header, body []byte, now time.Duration) er
 	}
 	p.stats.StabilityReceived++
 	applyStability(p, st.Digest, now)
+	switch {
+	case h.Flags&wire.FlagReport != 0:
+		p.sendStable(now) // the coordinator's round lacks our report
+	case p.stableWait == nil:
+		p.alignStable(now)
+	}
 	return nil
+}
+
+// alignStable schedules this member's next STABLE one StableInterval after
+// a STABILITY, less a random spread over its last eighth (so that a large
+// view's reports do not reach the coordinator all at once): every member
+// reports for the next round shortly before the coordinator expects it.
+func (p *Protocol) alignStable(now time.Duration) {
+	ival := p.cfg.StableInterval
+	p.stableAt = now + ival - time.Duration(p.rng.Int64N(int64(ival/8)+1))
+}
+
+// SendLimit is the highest seqno Send may claim now: SendWindow above the
+// own window's purge point (OwnLow), and RecvWindow above the lowest point
+// any member's window for this sender starts at (the minimum Low of the
+// members' reports, carried by STABILITY): so a member that purges late,
+// its STABILITY lost, never has to discard data for want of room. It
+// assumes every member's RecvWindow is at least this member's. It moves
+// only on STABILITY.
+func (p *Protocol) SendLimit() uint64 {
+	lim := p.own.low() + uint64(p.cfg.SendWindow)
+	if p.hasView && len(p.view.Members) > 1 {
+		lim = min(lim, p.groupLow+uint64(p.cfg.RecvWindow))
+	}
+	return lim
 }
 
 // OwnLow is the own window's purge point: every own seqno at or below it
@@ -310,10 +433,11 @@ func applyStability[E wire.Entries](p *Protocol, d E, now time.Duration) {
 			continue
 		}
 		if s.own {
-			// Every member has read up to e.Received (a coordinator
-			// older than this field's use wrote Delivered: a lower bound
-			// too).
+			// Every member has read up to e.Received, and every member's
+			// window starts at or above e.Low (a coordinator older than
+			// these fields' use wrote Delivered: a lower bound too).
 			p.groupRecv = max(p.groupRecv, min(e.Received, p.nextSeq-1))
+			p.groupLow = max(p.groupLow, min(e.Low, e.Delivered))
 		}
 		low := s.win.Low()
 		p.stats.Purged += uint64(p.purgeWin(s, e.Delivered))

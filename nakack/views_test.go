@@ -151,7 +151,7 @@ func TestMergeDigestReportsPurgedAsLost(t *testing.T) {
 // TestBackPressure: Send refuses before claiming a seqno when the own
 // retention window is full, and succeeds again after stability purges.
 func TestBackPressure(t *testing.T) {
-	c := newCluster(t, func(cfg *Config) { cfg.SendWindow, cfg.RecvWindow = 16, 16 }, mA, mB)
+	c := newCluster(t, func(cfg *Config) { cfg.SendWindow, cfg.RecvWindow = 16, 32 }, mA, mB)
 	a := c.p(mA)
 	for range 16 {
 		_, err := a.Send([]byte("x"), c.now)

@@ -45,7 +45,11 @@
 // by more than the send spacing: reordering arises from jitter, and Reorder
 // adds rarer, larger displacements. Loss is drawn in two stages: SharedLoss
 // once per datagram, as if dropped near the sender (no receiver gets it),
-// then Loss independently per receiver copy. With probability Duplicate a
+// then Loss independently per receiver copy. Bursty loss follows the
+// Gilbert-Elliott model (GilbertElliott: a good and a bad state, each with
+// its own drop probability, stepped per datagram): SharedBurst with one
+// chain per sending node, near the sender, Burst with one chain per
+// receiver, applied to each copy after Loss. With probability Duplicate a
 // copy that survived loss is delivered a second time with its own delay. A
 // Partition is checked when a datagram is sent: a copy whose sender and
 // receiver are in different groups is dropped. Multicast is not looped back

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 )
 
 // Test flags. Replay one failing randomised seed with
@@ -13,10 +14,11 @@ import (
 //
 // and run the long suites (make sim-long) with
 //
-//	go test -count=1 -timeout 120m ./sim/ -sim.seeds=10000 -sim.scale=1000
+//	go test -count=1 -timeout 120m ./sim/ -sim.seeds=10000 -sim.scale=200,1000 -sim.scaleseeds=10
 //
-// NAKCAST_SIM_SEEDS and NAKCAST_SIM_SCALE in the environment set the
-// defaults of -sim.seeds and -sim.scale.
+// NAKCAST_SIM_SEEDS, NAKCAST_SIM_SCALE and NAKCAST_SIM_SCALESEEDS in the
+// environment set the defaults of -sim.seeds, -sim.scale and
+// -sim.scaleseeds.
 var (
 	flagSeed  = flag.Int64("sim.seed", -1, "run only this randomised simulator seed (replay)")
 	flagSeeds = flag.Int("sim.seeds", envInt("NAKCAST_SIM_SEEDS", 0), "number of randomised simulator seeds (0: 500, or 50 under -race)")
@@ -27,7 +29,9 @@ var (
 	// sender's next window as Full and asks for it once it has purged);
 	// loose windows exercise the path where Full drops are rare.
 	flagLooseWindows = flag.Bool("sim.loosewindows", false, "small-window scenarios with RecvWindow = 4x SendWindow instead of nakack's default RecvWindow == SendWindow")
-	flagScale        = flag.Int("sim.scale", envInt("NAKCAST_SIM_SCALE", 0), "receivers in the scale simulation (0: 200, or 50 under -race)")
+	flagScale        = flag.String("sim.scale", os.Getenv("NAKCAST_SIM_SCALE"), "receivers in the scale simulation, a comma-separated list of group sizes (empty: 200, or 50 under -race)")
+	flagScaleSeed    = flag.Int("sim.scaleseed", 0, "run only this seed of the scale simulation (replay)")
+	flagScaleSeeds   = flag.Int("sim.scaleseeds", envInt("NAKCAST_SIM_SCALESEEDS", 0), "seeds per loss pattern and group size in the scale simulation (0: 1)")
 )
 
 func envInt(name string, def int) int {
@@ -55,14 +59,32 @@ func seedCount() int {
 	}
 }
 
-// scaleReceivers is how many receivers the scale simulation has.
-func scaleReceivers() int {
+// scaleSizes returns the group sizes (receivers) of the scale simulation.
+func scaleSizes() ([]int, error) {
+	if *flagScale == "" {
+		if raceEnabled {
+			return []int{50}, nil
+		}
+		return []int{200}, nil
+	}
+	var ns []int
+	for _, f := range strings.Split(*flagScale, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 2 {
+			return nil, fmt.Errorf("-sim.scale %q: want a comma-separated list of receiver counts >= 2", *flagScale)
+		}
+		ns = append(ns, n)
+	}
+	return ns, nil
+}
+
+// scaleSeeds is how many seeds the scale simulation runs per loss pattern
+// and group size.
+func scaleSeeds() int {
 	switch {
-	case *flagScale > 0:
-		return *flagScale
-	case raceEnabled:
-		return 50
+	case *flagScaleSeeds > 0:
+		return *flagScaleSeeds
 	default:
-		return 200
+		return 1
 	}
 }

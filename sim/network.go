@@ -32,10 +32,55 @@ type NetConfig struct {
 	Reorder float64
 	// ReorderDelay bounds the extra reordering delay (10 × Latency if 0).
 	ReorderDelay time.Duration
+	// Burst is bursty loss per receiver copy: one Gilbert-Elliott chain per
+	// receiver, stepped once per copy sent to it, applied after Loss.
+	Burst GilbertElliott
+	// SharedBurst is bursty loss near the sender: one Gilbert-Elliott
+	// chain per sending node, stepped once per datagram it sends; a
+	// datagram it drops reaches no receiver.
+	SharedBurst GilbertElliott
 	// Loopback delivers a multicast to its own sender too, as IP multicast
 	// with IP_MULTICAST_LOOP does. Off by default: nakack delivers its own
 	// messages without the network.
 	Loopback bool
+}
+
+// GilbertElliott is a two-state bursty loss model: a chain in a good or a
+// bad state, stepped once per datagram (first the transition, then the
+// drop, each its own random draw), dropping with LossGood in the good state
+// and LossBad in the bad one. Bursts of the bad state last 1/BadToGood
+// datagrams on average. The zero value (GoodToBad 0) is off: the chain never
+// leaves the good state and nothing is drawn for it.
+type GilbertElliott struct {
+	GoodToBad, BadToGood float64
+	LossGood, LossBad    float64
+}
+
+// On reports whether the model is enabled.
+func (g GilbertElliott) On() bool { return g.GoodToBad > 0 }
+
+// MeanLoss returns the stationary loss rate of the chain.
+func (g GilbertElliott) MeanLoss() float64 {
+	if !g.On() {
+		return 0
+	}
+	pb := g.GoodToBad / (g.GoodToBad + g.BadToGood)
+	return (1-pb)*g.LossGood + pb*g.LossBad
+}
+
+// step advances a chain in state *bad by one datagram and reports whether
+// that datagram is dropped.
+func (g GilbertElliott) step(bad *bool, draw func() float64) bool {
+	if *bad {
+		*bad = draw() >= g.BadToGood
+	} else {
+		*bad = draw() < g.GoodToBad
+	}
+	loss := g.LossGood
+	if *bad {
+		loss = g.LossBad
+	}
+	return draw() < loss
 }
 
 // Link overrides the latency and jitter of one directed link.

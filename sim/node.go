@@ -53,6 +53,9 @@ type nodeState struct {
 	// past the current time (it would spin the simulator forever).
 	lastTick  time.Duration
 	sameTicks int
+	// burstBad and sendBad are the node's Gilbert-Elliott chains: as a
+	// receiver (NetConfig.Burst) and as a sender (NetConfig.SharedBurst).
+	burstBad, sendBad bool
 }
 
 func normDeadline(d time.Duration) time.Duration {

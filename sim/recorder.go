@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"time"
 
 	"github.com/nakcast/nakcast/digest"
 )
@@ -95,6 +96,9 @@ type Recorder struct {
 	order  []digest.Member
 	losts  []LostRange
 	total  uint64
+	// OnDeliver, if set, is called after every checked delivery: member
+	// delivered sender's message of seqnos first..last at virtual time at.
+	OnDeliver func(member, sender digest.Member, first, last uint64, at time.Duration)
 }
 
 // NewRecorder returns the recorder of member self, checking against ledger
@@ -152,6 +156,9 @@ func (r *Recorder) Deliver(sender digest.Member, seq uint64, payload []byte) {
 		return
 	}
 	st.next = sent[st.idx].last + 1
+	if r.OnDeliver != nil {
+		r.OnDeliver(r.self, sender, seq, st.next-1, r.sim.Now())
+	}
 	st.idx++
 	st.delivered++
 	r.total++

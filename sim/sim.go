@@ -346,7 +346,11 @@ func (s *Sim) send(to digest.Member, datagram []byte) {
 	s.stats.Sent++
 	s.stats.Bytes += uint64(len(data))
 	s.tap(TapSend, fm, to, data)
-	if s.net.SharedLoss > 0 && s.rng.Float64() < s.net.SharedLoss {
+	shared := s.net.SharedLoss > 0 && s.rng.Float64() < s.net.SharedLoss
+	if s.net.SharedBurst.On() && s.net.SharedBurst.step(&s.nodes[from].sendBad, s.rng.Float64) {
+		shared = true
+	}
+	if shared {
 		s.stats.SharedDrops++
 		s.tap(TapDrop, fm, digest.Member{}, data)
 		return
@@ -377,8 +381,12 @@ func (s *Sim) send(to digest.Member, datagram []byte) {
 // draws of the next.
 func (s *Sim) copyTo(from, to int32, data []byte) {
 	lossDraw := s.rng.Float64()
+	lost := lossDraw < s.net.Loss
+	if s.net.Burst.On() && s.net.Burst.step(&s.nodes[to].burstBad, s.rng.Float64) {
+		lost = true
+	}
 	fm, tm := s.nodes[from].member, s.nodes[to].member
-	if (s.part != nil && !s.part.reach(fm, tm)) || lossDraw < s.net.Loss {
+	if (s.part != nil && !s.part.reach(fm, tm)) || lost {
 		s.stats.Drops++
 		s.tap(TapDrop, fm, tm, data)
 		return

@@ -50,6 +50,11 @@ type Generator struct {
 	blocked  bool
 	bpEvents int
 	doneAt   time.Duration
+	// blockedSince is when the current back-pressure began; blockedFor
+	// sums the ended ones.
+	blockedSince, blockedFor time.Duration
+	// offered is the schedule's length: the sum of the gaps drawn.
+	offered time.Duration
 }
 
 // StartTraffic starts t on the node member through sender, recording every
@@ -92,6 +97,7 @@ func (g *Generator) burst(now time.Duration) {
 		if errors.Is(err, ErrBackPressure) {
 			if !g.blocked {
 				g.bpEvents++
+				g.blockedSince = now
 			}
 			g.blocked = true
 			g.sender.Flush(now)
@@ -101,6 +107,9 @@ func (g *Generator) burst(now time.Duration) {
 		if err != nil {
 			g.sim.Fail(fmt.Errorf("member %v: send: %w", g.member, err))
 			return
+		}
+		if g.blocked {
+			g.blockedFor += now - g.blockedSince
 		}
 		g.blocked = false
 		if err := g.ledger.Record(g.member, first, last, p); err != nil {
@@ -118,6 +127,7 @@ func (g *Generator) burst(now time.Duration) {
 	if g.t.Interval > 0 {
 		gap = time.Duration(g.rng.Int64N(int64(2 * g.t.Interval)))
 	}
+	g.offered += gap
 	g.sim.Do(now+gap, g.member, g.burst)
 }
 
@@ -132,6 +142,21 @@ func (g *Generator) DoneAt() time.Duration { return g.doneAt }
 
 // Blocked reports whether the last send attempt was back-pressured.
 func (g *Generator) Blocked() bool { return g.blocked }
+
+// BlockedTime returns how long the generator has been back-pressured in
+// all: from each refused send to the next accepted one (to now while it
+// still is).
+func (g *Generator) BlockedTime() time.Duration {
+	if g.blocked {
+		return g.blockedFor + g.sim.Now() - g.blockedSince
+	}
+	return g.blockedFor
+}
+
+// Offered returns how long the traffic takes at its offered rate: the sum
+// of the gaps drawn between bursts so far (all of them once Done), without
+// the waits back-pressure added.
+func (g *Generator) Offered() time.Duration { return g.offered }
 
 // BackPressureEvents counts how often the generator went from sending to
 // back-pressured.

@@ -100,6 +100,10 @@ const (
 	// FlagAuth says the datagram ends with a TrailerLen-byte authentication
 	// trailer; the header's KeyID is then non-zero (and zero without it).
 	FlagAuth uint8 = 1 << 1
+	// FlagReport on a STABILITY asks the member it is sent to (unicast, by
+	// the coordinator) for its STABLE now: the stability round in progress
+	// lacks its report.
+	FlagReport uint8 = 1 << 3
 )
 
 // Sizes of the type-specific fixed parts in version 1.0 (the header length
