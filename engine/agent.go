@@ -65,7 +65,7 @@ type agent struct {
 	lastTraffic            time.Duration // last iteration that received, sent or delivered
 	lagging                bool          // an EventLagging episode is open
 	protoFull              bool          // the protocol refused the last Send (retention window full)
-	// fullLow and fullRecv are the protocol's OwnLow and GroupReceived when
+	// fullLow and fullRecv are the protocol's SendLimit and GroupReceived when
 	// it last refused (or flow control held): with ThreadingDedicated the
 	// receiver goroutine wakes the sender only once one of them moved.
 	fullLow, fullRecv uint64
@@ -481,7 +481,7 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	// when the protocol refused, and this iteration may have made some).
 	if !a.dedicated {
 		work += a.drainSend(now)
-	} else if a.protoFull && (p.OwnLow() != a.fullLow || p.GroupReceived() != a.fullRecv) {
+	} else if a.protoFull && (p.SendLimit() != a.fullLow || p.GroupReceived() != a.fullRecv) {
 		// Room may have been made (a purge, or the receivers read more):
 		// wake the sender. Waking it every iteration while nothing moved
 		// made it rescan its polled run and be refused again: 21 scans a
@@ -882,7 +882,7 @@ func (a *agent) noteSent(pls [][]byte, ring bool, now time.Duration) {
 // control held): see fullLow.
 func (a *agent) noteFull() {
 	p := a.m.proto
-	a.fullLow, a.fullRecv = p.OwnLow(), p.GroupReceived()
+	a.fullLow, a.fullRecv = p.SendLimit(), p.GroupReceived()
 }
 
 // giveTokens returns the rate-limit tokens taken for messages the protocol

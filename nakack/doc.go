@@ -37,8 +37,10 @@
 // to self through Poll like anyone else's. Send itself only copies the
 // payload and writes a slot: the open bundle's messages enter the own window
 // as one run when it is flushed or at the next entry point that looks at the
-// window (Poll, Receive, Tick, ForcePurge, CheckOverwrite, OverwriteDigest). When the own retention window is
-// full Send returns ErrBackPressure before claiming a seqno. Messages larger
+// window (Poll, Receive, Tick, ForcePurge, CheckOverwrite, OverwriteDigest). Beyond SendLimit (the own
+// retention window is full, or a member's receive window could not hold
+// the message: see "Windows, capacity and late stability") Send returns
+// ErrBackPressure before claiming a seqno. Messages larger
 // than one bundle are split into fragments, each with its own seqno, all
 // claimed in one step.
 //
@@ -100,29 +102,34 @@
 // # Windows, capacity and late stability
 //
 // A receive window holds seqnos in (low, low+RecvWindow] and its low moves
-// only when this member purges, on STABILITY. design.md sizes RecvWindow >=
-// SendWindow (the default is equal) so that a sender never runs further
-// ahead than a window can hold, but that is only true eventually: a sender
-// purges (and sends its next window) on the same STABILITY, and a member
-// that gets it late, or loses it and purges on the next round's, still
-// holds the previous window. What arrives beyond low+RecvWindow then is
-// dropped (Stats.Drops.Full) but its highest seqno is remembered, and the
-// window's gaps are requested only up to low+RecvWindow. Every purge that
-// raises a window's low (STABILITY, ForcePurge, a skip by OverwriteDigest)
-// re-checks its gaps, so what was dropped is requested one reorder delay
-// after the purge; until then the NAK timer stays armed as a safety net and
-// looks again with backoff up to NakMaxInterval. A HIGHEST that announces
-// nothing new also re-arms a window with a known gap and no timer. A larger
-// RecvWindow (the engine uses 2x) only makes Full drops and their repairs
-// rarer. Lost ranges obey the same limit: a MSG_NOT_FOUND or merge digest
-// whose Low lies beyond low+RecvWindow marks what fits at once and the rest
-// as purges make room, so the range is reported in window-sized pieces,
-// each seqno exactly once and in order. Known limit: a departed sender's
-// window is no longer purged by STABILITY (it is closed after its cut), so
-// a survivor that purged that sender late cannot fetch, nor mark lost
-// (DeclareLost), seqnos of the cut beyond its low+RecvWindow; a larger
-// RecvWindow than SendWindow makes that case need more than one missed
-// STABILITY.
+// only when this member purges, on STABILITY. A sender purges (and may send
+// its next window) on the same STABILITY, and a member that gets it late,
+// or loses it and purges on a later one, still holds the previous window.
+// So a sender sends nothing beyond SendLimit: SendWindow above its own
+// purge point and RecvWindow above the lowest Low the members reported
+// (STABILITY carries it: every member's window for this sender starts at
+// or above it), so that a member that purged late never discards data for
+// want of room. RecvWindow is taken to be the same at every member; the
+// default, 2x SendWindow, makes that bound wait only for a member that
+// missed two STABILITYs in a row (with RecvWindow == SendWindow it waits
+// for every member's report after each purge). A member whose window is
+// smaller than the sender assumes (configs differ), or a forced purge, can
+// still bring data beyond low+RecvWindow: it is dropped (Stats.Drops.Full)
+// but its highest seqno is remembered, and the window's gaps are requested
+// only up to low+RecvWindow. Every purge that raises a window's low
+// (STABILITY, ForcePurge, a skip by OverwriteDigest) re-checks its gaps, so
+// what was dropped is requested one reorder delay after the purge; until
+// then the NAK timer stays armed as a safety net and looks again with
+// backoff up to NakMaxInterval. A HIGHEST that announces nothing new also
+// re-arms a window with a known gap and no timer. Lost ranges obey the same
+// limit: a MSG_NOT_FOUND or merge digest whose Low lies beyond
+// low+RecvWindow marks what fits at once and the rest as purges make room,
+// so the range is reported in window-sized pieces, each seqno exactly once
+// and in order. Known limit: a departed sender's window is no longer purged
+// by STABILITY (it is closed after its cut), so a survivor that purged that
+// sender late cannot fetch, nor mark lost (DeclareLost), seqnos of the cut
+// beyond its low+RecvWindow; a larger RecvWindow than SendWindow makes that
+// case need more than one missed STABILITY.
 //
 // MSG_NOT_FOUND from the original sender for the current view marks what the
 // sender purged (the seqnos above our delivered, at or below its low, that we
@@ -146,7 +153,18 @@
 // per-round minimum and, once every member of the view reported, multicasts
 // STABILITY; members purge only on STABILITY from their current view's
 // coordinator, and a sender that some member's digest lacks is never purged.
-// STABILITY also carries, per sender, the minimum over the view of what the
+// A member schedules its next STABLE one StableInterval after each
+// STABILITY (less a random eighth of it), so a round's reports arrive just
+// before the coordinator's own. A lost STABLE does not stall the round: one
+// chase delay (NakInterval, at most StableInterval/2) after its own report,
+// the coordinator asks every member the round still lacks for its STABLE
+// (a unicast STABILITY with wire.FlagReport repeating the last one), again
+// after the same delay while answers come in and with a doubling one up to
+// StableInterval while none do (Stats.StableChased); and a report whose Low
+// lies below the last STABILITY's stable point shows that its member missed
+// that STABILITY, which the coordinator repeats to it at once (unicast).
+// STABILITY also carries, per sender, the minimum Low the members reported
+// (SendLimit, above) and the minimum over the view of what the
 // members received (highest seqno read, gaps or not): GroupReceived returns
 // it for the own messages (at least the own Low, reset to Low by a new
 // view), the point a sender's flow control measures its bytes in flight

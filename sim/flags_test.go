@@ -23,12 +23,12 @@ var (
 	flagSeed  = flag.Int64("sim.seed", -1, "run only this randomised simulator seed (replay)")
 	flagSeeds = flag.Int("sim.seeds", envInt("NAKCAST_SIM_SEEDS", 0), "number of randomised simulator seeds (0: 500, or 50 under -race)")
 	// flagLooseWindows runs the small-send-window scenarios with receive
-	// windows 4x the send window instead of nakack's default RecvWindow ==
-	// SendWindow. Tight windows are the default since nakack re-checks gaps
-	// after every purge (a receiver whose STABILITY is late drops the
-	// sender's next window as Full and asks for it once it has purged);
-	// loose windows exercise the path where Full drops are rare.
-	flagLooseWindows = flag.Bool("sim.loosewindows", false, "small-window scenarios with RecvWindow = 4x SendWindow instead of nakack's default RecvWindow == SendWindow")
+	// windows 4x the send window instead of tight ones (RecvWindow ==
+	// SendWindow), where the sender waits for every member's report of its
+	// purge before it sends beyond their windows (nakack SendLimit) and a
+	// receiver whose STABILITY is lost must never drop data as Full;
+	// loose windows exercise the path where that bound never binds.
+	flagLooseWindows = flag.Bool("sim.loosewindows", false, "small-window scenarios with RecvWindow = 4x SendWindow instead of RecvWindow == SendWindow")
 	flagScale        = flag.String("sim.scale", os.Getenv("NAKCAST_SIM_SCALE"), "receivers in the scale simulation, a comma-separated list of group sizes (empty: 200, or 50 under -race)")
 	flagScaleSeed    = flag.Int("sim.scaleseed", 0, "run only this seed of the scale simulation (replay)")
 	flagScaleSeeds   = flag.Int("sim.scaleseeds", envInt("NAKCAST_SIM_SCALESEEDS", 0), "seeds per loss pattern and group size in the scale simulation (0: 1)")

@@ -180,8 +180,10 @@ const (
 // generator left back-pressured; over the following IdleCheck no XMIT_REQ,
 // repair or MSG_NOT_FOUND is sent and occupancy stays zero with every pooled
 // buffer returned; no datagram failed to decode. With clean (no partitions,
-// crashes or forced purges) no lost range was reported and no MSG_NOT_FOUND
-// sent at all.
+// crashes or forced purges) no lost range was reported, no MSG_NOT_FOUND
+// sent at all and no message discarded for want of window room
+// (Drops.Full: nakack's SendLimit keeps every sender within its members'
+// windows).
 func (g *Group) RunToQuiescence(limit time.Duration, clean bool) error {
 	s := g.Sim
 	done, err := s.RunWhile(func() bool { return !g.Settled() }, 10*time.Millisecond, limit)
@@ -226,6 +228,9 @@ func (g *Group) RunToQuiescence(limit time.Duration, clean bool) error {
 		}
 		if lr := n.Rec.LostRanges(); len(lr) > 0 {
 			return fmt.Errorf("seed %d: member %v was told %d ranges lost (first %v) in a run without partitions, crashes or forced purges", s.Seed(), n.Member(), len(lr), lr[0])
+		}
+		if st := n.P.Stats(); st.Drops.Full > 0 {
+			return fmt.Errorf("seed %d: member %v discarded %d messages for want of window room in a run without forced purges", s.Seed(), n.Member(), st.Drops.Full)
 		}
 		if st := n.P.Stats(); st.MsgNotFoundSent > 0 {
 			return fmt.Errorf("seed %d: member %v sent %d MSG_NOT_FOUND in a run without partitions, crashes or forced purges", s.Seed(), n.Member(), st.MsgNotFoundSent)

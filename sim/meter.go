@@ -318,6 +318,15 @@ func (f LossFigures) String() string {
 		f.FirstRepair.DurString(), f.GapClosed.DurString(), f.StableTrail.DurString(), f.Unrepaired, f.Unclosed)
 }
 
+// AllDeliveredAt returns when every member had delivered the tracked
+// sender's message starting at seq (-1 if not yet).
+func (lt *LossTracker) AllDeliveredAt(seq uint64) time.Duration {
+	if seq >= uint64(len(lt.allAt)) {
+		return -1
+	}
+	return lt.allAt[seq]
+}
+
 // p99 returns the nearest-rank 99th percentile of sorted s.
 func p99[T any](s []T) T { return s[(len(s)*99+99)/100-1] }
 

@@ -94,8 +94,11 @@ func runScenario(sc scenario) (*Group, error) {
 	g, err := NewGroup(GroupConfig{Seed: sc.seed, Members: sc.members, Net: sc.net,
 		Configure: func(i int, cfg *nakack.Config) {
 			cfg.SendWindow = sc.sendWindow
-			if sc.sendWindow > 0 && *flagLooseWindows {
-				cfg.RecvWindow = 4 * sc.sendWindow
+			if sc.sendWindow > 0 {
+				cfg.RecvWindow = sc.sendWindow
+				if *flagLooseWindows {
+					cfg.RecvWindow = 4 * sc.sendWindow
+				}
 			}
 			cfg.UnicastNaks = sc.unicastNaks
 		}})

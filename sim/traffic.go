@@ -53,8 +53,11 @@ type Generator struct {
 	// blockedSince is when the current back-pressure began; blockedFor
 	// sums the ended ones.
 	blockedSince, blockedFor time.Duration
-	// offered is the schedule's length: the sum of the gaps drawn.
-	offered time.Duration
+	// offered is the schedule's length: the sum of the gaps drawn;
+	// offeredAt[i] is when message i would have gone out on it (relative
+	// to Start), without the waits back-pressure added.
+	offered   time.Duration
+	offeredAt []time.Duration
 }
 
 // StartTraffic starts t on the node member through sender, recording every
@@ -112,6 +115,7 @@ func (g *Generator) burst(now time.Duration) {
 			g.blockedFor += now - g.blockedSince
 		}
 		g.blocked = false
+		g.offeredAt = append(g.offeredAt, g.offered)
 		if err := g.ledger.Record(g.member, first, last, p); err != nil {
 			g.sim.Fail(err)
 			return
@@ -157,6 +161,15 @@ func (g *Generator) BlockedTime() time.Duration {
 // of the gaps drawn between bursts so far (all of them once Done), without
 // the waits back-pressure added.
 func (g *Generator) Offered() time.Duration { return g.offered }
+
+// OfferedAt returns when message i (from 0) would have been sent at the
+// offered rate, relative to Traffic.Start (-1 if not sent yet).
+func (g *Generator) OfferedAt(i int) time.Duration {
+	if i >= len(g.offeredAt) {
+		return -1
+	}
+	return g.offeredAt[i]
+}
 
 // BackPressureEvents counts how often the generator went from sending to
 // back-pressured.
