@@ -154,10 +154,11 @@
 // STABILITY; members purge only on STABILITY from their current view's
 // coordinator, and a sender that some member's digest lacks is never purged.
 // A member schedules its next STABLE one StableInterval after each
-// STABILITY (less a random eighth of it), so a round's reports arrive just
-// before the coordinator's own. A lost STABLE does not stall the round: one
-// chase delay (NakInterval, at most StableInterval/2) after its own report,
-// the coordinator asks every member the round still lacks for its STABLE
+// STABILITY (less a random spread of at most an eighth of it and
+// NakInterval/2), so a round's reports arrive together. A lost STABLE does
+// not stall the round: one chase delay (NakInterval plus that spread)
+// after the round's first report, the coordinator asks every member the
+// round still lacks for its STABLE
 // (a unicast STABILITY with wire.FlagReport repeating the last one), again
 // after the same delay while answers come in and with a doubling one up to
 // StableInterval while none do (Stats.StableChased); and a report whose Low

@@ -150,12 +150,6 @@ func (p *Protocol) sendStable(now time.Duration) {
 		for i := 0; i < len(es); i += per {
 			fold(p, self, wire.EntrySlice(es[i:min(len(es), i+per)]), now)
 		}
-		if p.round.nGot > 0 && p.chaseAt == NoDeadline {
-			// The round is due and lacks reports: chase them (chase).
-			p.chaseIval = p.chaseDelay()
-			p.chaseAt = now + p.chaseIval
-			p.round.chasedGot = -1
-		}
 		return
 	}
 	for i := 0; i < len(es); i += per {
@@ -186,6 +180,13 @@ func (p *Protocol) onStable(h wire.Header, body []byte, now time.Duration) error
 	}
 	if fold(p, from, st.Digest, now) {
 		p.sendStability(h.Sender, 0) // it missed the last STABILITY: repeat it
+	}
+	if p.round.nGot > 0 && p.chaseAt == NoDeadline {
+		// The round's reports are coming in: chase those that do not
+		// come (chase).
+		p.chaseIval = p.chaseDelay()
+		p.chaseAt = now + p.chaseIval
+		p.round.chasedGot = -1
 	}
 	if p.round.onlyMissing(p.viewPos[p.self]) {
 		// Every other member has reported: fold our own digest now, as of
@@ -315,11 +316,18 @@ func (p *Protocol) sendStability(to digest.Member, flags uint8) {
 	}
 }
 
-// chaseDelay is how long after its own report the coordinator waits for
-// the round's missing reports before asking for them (chase): NakInterval
-// (scaled to the view: it exceeds a round trip), at most StableInterval/2.
+// reportSpread is how much earlier than one StableInterval after a
+// STABILITY a member may send its next report (alignStable): an eighth of
+// the interval, at most NakInterval/2 (scaled to the view).
+func (p *Protocol) reportSpread() time.Duration {
+	return min(p.cfg.StableInterval/8, p.nakInterval/2)
+}
+
+// chaseDelay is how long after the first report of a round the coordinator
+// waits for the others before asking for them (chase): the members report
+// within reportSpread of each other, and NakInterval exceeds a round trip.
 func (p *Protocol) chaseDelay() time.Duration {
-	return max(1, min(p.nakInterval, p.cfg.StableInterval/2))
+	return max(1, p.nakInterval+p.reportSpread())
 }
 
 // chase asks every member the round still lacks a report from for its
@@ -371,12 +379,12 @@ func (p *Protocol) onStability(h wire.Header, body []byte, now time.Duration) er
 }
 
 // alignStable schedules this member's next STABLE one StableInterval after
-// a STABILITY, less a random spread over its last eighth (so that a large
-// view's reports do not reach the coordinator all at once): every member
-// reports for the next round shortly before the coordinator expects it.
+// a STABILITY, less a random spread (reportSpread, so that a large view's
+// reports do not reach the coordinator all at once): the members' reports
+// for the next round arrive together, and the coordinator chases those
+// that do not.
 func (p *Protocol) alignStable(now time.Duration) {
-	ival := p.cfg.StableInterval
-	p.stableAt = now + ival - time.Duration(p.rng.Int64N(int64(ival/8)+1))
+	p.stableAt = now + p.cfg.StableInterval - time.Duration(p.rng.Int64N(int64(p.reportSpread())+1))
 }
 
 // SendLimit is the highest seqno Send may claim now: SendWindow above the

@@ -67,8 +67,8 @@ func TestSendLimitWaitsForLatePurge(t *testing.T) {
 	require.Zero(t, b.Stats().Drops.Full)
 }
 
-// TestStableChase: C's STABLE is lost. Once the coordinator's own report
-// is folded the round waits one chase delay, then asks C again with a
+// TestStableChase: C's STABLE is lost. The round waits one chase delay
+// after its first report (B's), then asks C again with a
 // STABILITY carrying FlagReport (unicast, C alone); C answers with its
 // STABLE at once and the round closes: a lost STABLE costs the round a
 // chase delay, not a StableInterval.
@@ -111,9 +111,9 @@ func TestStableChase(t *testing.T) {
 }
 
 // TestStabilityAlignsReports: a member schedules its next STABLE one
-// StableInterval after a STABILITY (less at most an eighth), so every
-// member reports for the next round shortly before the coordinator, whose
-// own timer restarts with the STABILITY.
+// StableInterval after a STABILITY (less at most reportSpread), so every
+// member reports for the next round together, the coordinator, whose own
+// timer restarts with the STABILITY, with them.
 func TestStabilityAlignsReports(t *testing.T) {
 	const ival = 80 * time.Millisecond
 	c := newCluster(t, func(cfg *Config) { cfg.StableInterval = ival }, mA, mB, mC)
@@ -128,6 +128,6 @@ func TestStabilityAlignsReports(t *testing.T) {
 	for _, m := range c.order {
 		d := c.p(m).stableAt
 		require.LessOrEqual(t, d, c.now+ival, "%v", m)
-		require.GreaterOrEqual(t, d, c.now+ival-ival/8, "%v", m)
+		require.GreaterOrEqual(t, d, c.now+ival-c.p(m).reportSpread(), "%v", m)
 	}
 }
