@@ -82,6 +82,10 @@ type MemberConfig struct {
 	// sender sends for Duration (default 2 s).
 	Count    int64
 	Duration time.Duration
+	// Rate, if positive, paces each sender at this many messages per
+	// second (Send per message; a message late on the schedule goes at
+	// once).
+	Rate float64
 	// LossRate drops this fraction of received datagrams before the
 	// protocol (engine.Config.LossRate).
 	LossRate float64
@@ -165,6 +169,9 @@ func (c MemberConfig) withDefaults() (MemberConfig, error) {
 	}
 	if c.Count == 0 && c.Duration == 0 {
 		c.Duration = 2 * time.Second
+	}
+	if c.Rate < 0 || (c.Rate > 0 && c.SendBatch > 1) {
+		return c, fmt.Errorf("bench: MemberConfig.Rate %g: want >= 0, and 0 with SendBatch", c.Rate)
 	}
 	if c.SampleEvery == 0 {
 		c.SampleEvery = 1
@@ -348,6 +355,9 @@ type MemberResult struct {
 	Interrupted bool `json:"interrupted,omitempty"`
 	// Error is the first error met, if any.
 	Error string `json:"error,omitempty"`
+	// NetDrops are the datagrams the network dropped on this member's way
+	// out (RunNetns with EgressLoss), if any.
+	NetDrops *NetDrops `json:"net_drops,omitempty"`
 	// Stats are the engine's counters at the end.
 	Stats engine.Stats `json:"stats"`
 	// Timeline samples, every TimelineInterval from the start of sending,
@@ -746,12 +756,18 @@ func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfi
 	sample := uint64(max(cfg.SampleEvery, 1))
 	invoked := m.Config().Threading == engine.ThreadingInvoked
 	var i uint64
-	var now int64
+	var now, start int64
 	for {
 		i++
 		last := cfg.Count > 0 && int64(i) >= cfg.Count
-		if i == 1 || i%sample == 0 || i&255 == 0 {
+		if i == 1 || i%sample == 0 || i&255 == 0 || cfg.Rate > 0 {
 			now = Nanotime()
+		}
+		if i == 1 {
+			start = now
+		}
+		if cfg.Rate > 0 {
+			now = pace(start, i, cfg.Rate, now)
 		}
 		if !last && (sendCtx.Err() != nil || (deadline != 0 && i&255 == 0 && now > deadline)) {
 			last = true
@@ -779,6 +795,17 @@ func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfi
 			return int64(i), nil
 		}
 	}
+}
+
+// pace waits until message i (from 1) is due on a schedule of rate
+// messages per second from start (Nanotime), and returns the time then.
+func pace(start int64, i uint64, rate float64, now int64) int64 {
+	due := start + int64(float64(i-1)*1e9/rate)
+	if d := due - now; d > 0 {
+		time.Sleep(time.Duration(d))
+		return Nanotime()
+	}
+	return now
 }
 
 // sendBatches is sendMessages with engine.Member.SendBatch, cfg.SendBatch

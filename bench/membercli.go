@@ -39,6 +39,7 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 		"-size", strconv.Itoa(cfg.MsgSize),
 		"-count", strconv.FormatInt(cfg.Count, 10),
 		"-duration", cfg.Duration.String(),
+		"-rate", strconv.FormatFloat(cfg.Rate, 'g', -1, 64),
 		"-loss", strconv.FormatFloat(cfg.LossRate, 'g', -1, 64),
 		"-idle", cfg.Idle.String(),
 		"-threading", cfg.Threading.String(),
@@ -114,6 +115,7 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 	size := fs.Int("size", 64, "message size in bytes")
 	count := fs.Int64("count", 0, "messages to send (0: send for -duration)")
 	duration := fs.Duration("duration", 2*time.Second, "how long to send when -count is 0")
+	rate := fs.Float64("rate", 0, "messages per second each sender sends, paced (0: as fast as it can)")
 	loss := fs.Float64("loss", 0, "fraction of received datagrams dropped before the protocol")
 	idle := fs.String("idle", "block", "idle strategy: block, yield or spin")
 	threading := fs.String("threading", "shared", "agent goroutines: shared (one), dedicated (sender and receiver) or invoked (the harness runs DoWork)")
@@ -148,7 +150,7 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 		return bad("-batch %d: want 0..%d", *batch, maxSendBatch)
 	}
 	cfg = MemberConfig{RunID: *runID, Index: *index, Members: *members, Interface: *iface, TTL: *ttl, MsgSize: *size,
-		Count: *count, Duration: *duration, LossRate: *loss, Transport: *transport, MaxDatagram: *datagram, BundleBytes: *bundle,
+		Count: *count, Duration: *duration, Rate: *rate, LossRate: *loss, Transport: *transport, MaxDatagram: *datagram, BundleBytes: *bundle,
 		SampleEvery: *sample, Timeout: *timeout, NoLoopback: *noLoop, SendBatch: *batch,
 		DiscardOwn: *discardOwn, ExclusiveSender: *exclusive, NoGSO: *noGSO}
 	if cfg.Senders, err = parseInts(*senders); err != nil {

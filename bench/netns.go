@@ -216,6 +216,11 @@ type NetnsRunConfig struct {
 	// each frame (0: all).
 	Pcap        string
 	PcapSnapLen int
+	// EgressLoss, if positive, drops that fraction of the UDP datagrams
+	// every member sends, in its namespace (nftables, Netns.DropEgress:
+	// loss near the sender, for every receiver); each member's result
+	// gets the drop counts (MemberResult.NetDrops). Use with NoGSO.
+	EgressLoss float64
 }
 
 // NetnsGroup is the group of runs in namespaces: it only exists inside
@@ -278,6 +283,12 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 		out := filepath.Join(dir, fmt.Sprintf("member%d.json", i))
 		specs[i] = procSpec{argv: append(append([]string(nil), cfg.Exe...), MemberArgs(c, out, true)...), out: out}
 	}
+	if cfg.EgressLoss > 0 {
+		if err := ns.egressLoss(ctx, mc.Members, cfg.EgressLoss); err != nil {
+			return nil, err
+		}
+		defer ns.clearEgress(mc.Members)
+	}
 	stopCaptures, err := startCaptures(ns, mc.Members, cfg.Pcap, cfg.PcapSnapLen, progress)
 	if err != nil {
 		return nil, err
@@ -294,6 +305,9 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 		if err := json.Unmarshal(b, &results[i]); err != nil {
 			errs = append(errs, fmt.Errorf("bench: member %d: result: %w", i, err))
 		}
+	}
+	if cfg.EgressLoss > 0 {
+		ns.netDrops(ctx, results)
 	}
 	return results, errors.Join(errs...)
 }

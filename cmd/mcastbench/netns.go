@@ -27,6 +27,8 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	noRaw := fs.Bool("noraw", false, "skip the raw baseline")
 	pcap := fs.String("pcap", "", "capture eth0 of each member namespace during the nakcast run into `DIR`/member<i>.pcap,\nwith the Wireshark dissector nakcast.lua beside them (wireshark -X lua_script:DIR/nakcast.lua DIR/member0.pcap)")
 	pcapSnap := fs.Int("pcap-snaplen", 0, "with -pcap, keep at most this many bytes of each frame (0: all; 200 keeps the headers and the first messages)")
+	rate := fs.Float64("rate", 0, "messages per second each sender sends, paced (0: as fast as it can)")
+	egress := fs.Float64("egress-loss", 0, "fraction of every member's outgoing UDP datagrams the bridge drops (nftables; loss near the sender, for every receiver); with one sender and -rate, prints issue 19's repair figures from the members' counters beside the simulator's for the same group (implies -no-gso)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -44,6 +46,15 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *mtu < 576 || *mtu > 65535 {
 		return usagef("-mtu %d: want 576..65535", *mtu)
+	}
+	if *rate < 0 || !(*egress >= 0 && *egress < 1) {
+		return usagef("-rate %v, -egress-loss %v: want rate >= 0 and 0 <= egress-loss < 1", *rate, *egress)
+	}
+	if *egress > 0 {
+		if err := bench.CheckNft(); err != nil {
+			return err
+		}
+		ef.noGSO = true
 	}
 	if ef.members < 2 {
 		return usagef("-members %d: want at least 2 in namespaces (a sender and a receiver)", ef.members)
@@ -88,15 +99,22 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	cfg := ef.memberConfig()
 	cfg.Group = ef.groupOrZero()
 	cfg.LossRate = ef.loss
+	cfg.Rate = *rate
+	if cfg.Count > 0 {
+		cfg.Duration = 0 // -count decides, not the default -duration
+	}
 	progressLine("nakcast")
 	rs, runErr := bench.RunNetns(ctx, bench.NetnsRunConfig{Member: cfg, Netns: ns, Exe: []string{exe, "member"}, Progress: progressLine,
-		Pcap: *pcap, PcapSnapLen: *pcapSnap})
+		Pcap: *pcap, PcapSnapLen: *pcapSnap, EgressLoss: *egress})
 	if *pcap != "" {
 		progressLine(fmt.Sprintf("open a capture with: wireshark -X lua_script:%s %s",
 			filepath.Join(*pcap, wireshark.DissectorFile), filepath.Join(*pcap, bench.CaptureFile(0))))
 	}
 	if len(rs) == 0 {
 		return runErr
+	}
+	if *egress > 0 && *rate > 0 && ef.senders == 1 {
+		printScaleFigures(stdout, rs, cfg, *rate, *egress, datagram)
 	}
 	rows = append(rows, bench.GroupRow(path, caseName(ef.loss), rs, datagram))
 	bench.SetRatios(rows)
@@ -115,6 +133,25 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	return runErr
+}
+
+// printScaleFigures prints issue 19's figures of a run with -egress-loss,
+// from the members' counters, beside those of its simulated twin.
+func printScaleFigures(w io.Writer, rs []bench.MemberResult, cfg bench.MemberConfig, rate, loss float64, datagram int) {
+	f, err := bench.ScaleFiguresOf(rs, 0, rate)
+	if err != nil {
+		fmt.Fprintf(w, "scale figures: %v\n", err)
+		return
+	}
+	fmt.Fprintf(w, "scale figures, netns (members' counters): %v\n", f)
+	count := int(rs[0].Sent)
+	twin, err := bench.SimScaleTwin(bench.SimTwinConfig{Members: len(rs), Count: count, MsgSize: cfg.MsgSize, Rate: rate,
+		Loss: loss, Datagram: datagram, Seed: 1})
+	if err != nil {
+		fmt.Fprintf(w, "scale figures, simulator: %v\n", err)
+		return
+	}
+	fmt.Fprintf(w, "scale figures, simulator (%d members, %d messages at %g/s, seed 1): %v\n", len(rs), count, rate, twin)
 }
 
 // runRawMember is one raw bundler process (bench.RawMemberMain), what
