@@ -25,6 +25,7 @@ local HEADER_LEN = 24
 local TRAILER_LEN = 28
 local FLAG_REPAIR = 1
 local FLAG_AUTH = 2
+local FLAG_ENCRYPTED = 4
 local MAX_RANGES = 1024
 
 ------------------------------------------------------------------------
@@ -110,6 +111,7 @@ local F = {
 	flags = field(ProtoField.uint8("nakcast.flags", "Flags", base.HEX)),
 	repair = field(ProtoField.bool("nakcast.flags.repair", "REPAIR", 8, nil, FLAG_REPAIR)),
 	auth = field(ProtoField.bool("nakcast.flags.auth", "AUTH", 8, nil, FLAG_AUTH)),
+	encrypted = field(ProtoField.bool("nakcast.flags.encrypted", "ENCRYPTED", 8, nil, FLAG_ENCRYPTED)),
 	group = field(ProtoField.uint32("nakcast.group", "Group id", base.HEX)),
 	sender = fmember("sender", "Sender"),
 	keyid = fu16("keyid", "Key id"),
@@ -118,7 +120,10 @@ local F = {
 	body = fbytes("body", "Body"),
 	trailer = fnone("trailer", "Authentication trailer"),
 	nonce = fbytes("trailer.nonce", "Nonce"),
+	salt = field(ProtoField.uint32("nakcast.trailer.salt", "Salt", base.HEX), "Salt"),
+	counter = fu64("trailer.counter", "Counter"),
 	tag = fbytes("trailer.tag", "Tag"),
+	ciphertext = fbytes("ciphertext", "Encrypted body"),
 
 	first = fu64("data.first", "First seqno"),
 	origin = fmember("origin", "Origin"),
@@ -686,6 +691,8 @@ end
 ------------------------------------------------------------------------
 -- Header, trailer and the whole datagram.
 
+local function has_flag(flags, bit) return math.floor(flags / bit) % 2 == 1 end
+
 local function add_header(d, tree)
 	local tvb = d.tvb
 	local t = tree:add(nakcast, tvb(0, HEADER_LEN), "Common header")
@@ -699,13 +706,14 @@ local function add_header(d, tree)
 	local ft = t:add(F.flags, tvb(3, 1))
 	ft:add(F.repair, tvb(3, 1))
 	ft:add(F.auth, tvb(3, 1))
+	ft:add(F.encrypted, tvb(3, 1))
 	t:add_le(F.group, tvb(4, 4))
 	local sender, st = add_member(t, F.sender, tvb(8, 12))
 	d.ctx.sender = sender
 	if sender.zero then d:malformed(st, "zero sender") end
 	local keyid = tvb(20, 2):le_uint()
 	local kt = t:add_le(F.keyid, tvb(20, 2))
-	local auth = math.floor(flags / FLAG_AUTH) % 2 == 1
+	local auth = has_flag(flags, FLAG_AUTH)
 	if auth ~= (keyid ~= 0) then
 		d:malformed(kt, auth and "AUTH set with key id 0" or "key id without AUTH")
 	end
@@ -725,9 +733,54 @@ local function add_trailer(d, tree)
 		return true
 	end
 	local t = tree:add(F.trailer, tvb(off, TRAILER_LEN))
-	t:add(F.nonce, tvb(off, 12))
+	local n = t:add(F.nonce, tvb(off, 12))
+	n:add_le(F.salt, tvb(off, 4))
+	n:add_le(F.counter, tvb(off + 4, 8))
 	t:add(F.tag, tvb(off + 12, 16))
 	return true
+end
+
+-- dissect_body decodes the type's fixed and variable parts.
+local function dissect_body(d, root, spec, name, hlen)
+	local tvb = d.tvb
+	local body = root:add(nakcast, tvb(HEADER_LEN, 0), name)
+	if spec.gms then gms_fixed(d, body) end
+	for _, it in ipairs(spec.fixed or {}) do
+		if not d:item(body, it) then break end
+	end
+	if not d.stopped and hlen > d.off then
+		if d:need(hlen - d.off, body, "fixed part") then
+			d:flag(body:add(F.extension, d:range(hlen - d.off)), E.newer,
+				string.format("%d bytes after the 1.0 fixed part", hlen - d.off))
+			d.off = hlen
+		end
+	end
+	if not d.stopped and spec.var then spec.var(d, body) end
+	if not d.stopped and d.off < d.lim then
+		local n = d.lim - d.off
+		local extra = body:add(F.body, tvb(d.off, math.min(n, math.max(0, d.cap - d.off))))
+		if spec.gms and d.ctx.minor > 0 then
+			d:flag(extra, E.newer, string.format("%d bytes after the last section", n))
+		else
+			d:malformed(extra, string.format("%d bytes left over after the last field", n))
+		end
+	end
+	local stop = math.min(d.off, d.cap)
+	if stop > HEADER_LEN then body:set_len(stop - HEADER_LEN) end
+	if spec.info then body:set_text(name .. spec.info(d.ctx)) end
+end
+
+-- dissect_encrypted shows an encrypted body: only the common header is in
+-- the clear (FORMAT.md, "Authentication trailer").
+local function dissect_encrypted(d, root, hlen)
+	if hlen > d.lim then
+		d:flag(root, E.truncated, string.format("header length %d past the body's end %d", hlen, d.lim))
+	end
+	local n = math.min(d.lim, d.cap) - HEADER_LEN
+	if n > 0 then
+		root:add(F.ciphertext, d.tvb(HEADER_LEN, n)):append_text(
+			string.format(" (%d bytes, AES-GCM: fixed part and variable part)", d.lim - HEADER_LEN))
+	end
 end
 
 -- dissect decodes one datagram (the whole tvb) under tree; it assumes the
@@ -752,6 +805,7 @@ local function dissect(tvb, pinfo, root)
 		return d
 	end
 	local typ, flags, auth, hlen, tt, ht = add_header(d, root)
+	local encrypted = auth and has_flag(flags, FLAG_ENCRYPTED)
 	local spec = types[typ]
 	local name = spec and spec.name or string.format("TYPE(%d)", typ)
 	root:append_text(", " .. name .. ", sender " .. d.ctx.sender.str)
@@ -766,39 +820,17 @@ local function dissect(tvb, pinfo, root)
 			hlen, HEADER_LEN + spec.fixed_len, name))
 		spec = nil
 	end
-	if spec then
-		local body = root:add(nakcast, tvb(HEADER_LEN, 0), name)
-		if spec.gms then gms_fixed(d, body) end
-		for _, it in ipairs(spec.fixed or {}) do
-			if not d:item(body, it) then break end
-		end
-		if not d.stopped and hlen > d.off then
-			if d:need(hlen - d.off, body, "fixed part") then
-				d:flag(body:add(F.extension, d:range(hlen - d.off)), E.newer,
-					string.format("%d bytes after the 1.0 fixed part", hlen - d.off))
-				d.off = hlen
-			end
-		end
-		if not d.stopped and spec.var then spec.var(d, body) end
-		if not d.stopped and d.off < d.lim then
-			local n = d.lim - d.off
-			local extra = body:add(F.body, tvb(d.off, math.min(n, math.max(0, d.cap - d.off))))
-			if spec.gms and d.ctx.minor > 0 then
-				d:flag(extra, E.newer, string.format("%d bytes after the last section", n))
-			else
-				d:malformed(extra, string.format("%d bytes left over after the last field", n))
-			end
-		end
-		local stop = math.min(d.off, d.cap)
-		if stop > HEADER_LEN then body:set_len(stop - HEADER_LEN) end
-		if spec.info then body:set_text(name .. spec.info(d.ctx)) end
+	if spec and encrypted then
+		dissect_encrypted(d, root, hlen)
+	elseif spec then
+		dissect_body(d, root, spec, name, hlen)
 	elseif d.lim > HEADER_LEN and d.cap > HEADER_LEN then
 		root:add(F.body, tvb(HEADER_LEN, math.min(d.lim, d.cap) - HEADER_LEN))
 	end
 	local info = name .. " " .. d.ctx.sender.str
-	if spec and spec.info then info = info .. spec.info(d.ctx) end
-	if math.floor(flags / FLAG_REPAIR) % 2 == 1 then info = info .. " [REPAIR]" end
-	if auth then info = info .. " [AUTH]" end
+	if spec and spec.info and not encrypted then info = info .. spec.info(d.ctx) end
+	if has_flag(flags, FLAG_REPAIR) then info = info .. " [REPAIR]" end
+	if auth then info = info .. (encrypted and " [AUTH, ENCRYPTED]" or " [AUTH]") end
 	pinfo.cols.info = info
 	return d
 end
@@ -833,7 +865,7 @@ local function heuristic(tvb, pinfo, tree)
 	if n < HEADER_LEN or tvb(0, 1):uint() ~= 1 then return false end
 	local spec = types[tvb(2, 1):uint()]
 	if not spec then return false end
-	local auth = math.floor(tvb(3, 1):uint() / FLAG_AUTH) % 2 == 1
+	local auth = has_flag(tvb(3, 1):uint(), FLAG_AUTH)
 	if auth ~= (tvb(20, 2):le_uint() ~= 0) then return false end
 	local hlen = tvb(22, 2):le_uint()
 	local body_end = tvb:reported_len() - (auth and TRAILER_LEN or 0)
