@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -163,6 +164,40 @@ func SetRatios(rows []Row) {
 				rows[i].Ratio = rows[i].MsgsPerSec / r.MsgsPerSec
 			}
 		}
+	}
+}
+
+// The cases of the loopback suite's authenticated rows (engine.Config.Keys,
+// and Encrypt), measured lossless beside the plain "lossless" row.
+const (
+	CaseSigned    = "signed"
+	CaseEncrypted = "encrypted"
+)
+
+// AuthCost returns the msgs/s of each signed and encrypted nakcast row over
+// the plain lossless row of the same path and sizes ("64 B signed 0.93x"),
+// in row order.
+func AuthCost(rows []Row) []string {
+	var out []string
+	for _, r := range rows {
+		if r.Name != "nakcast" || (r.Case != CaseSigned && r.Case != CaseEncrypted) {
+			continue
+		}
+		for _, p := range rows {
+			if p.Name == "nakcast" && p.Case == "lossless" && p.Path == r.Path && p.MsgSize == r.MsgSize &&
+				p.DatagramSize == r.DatagramSize && p.MsgsPerSec > 0 {
+				out = append(out, fmt.Sprintf("%s %s %.2fx", FormatBytes(r.MsgSize), r.Case, r.MsgsPerSec/p.MsgsPerSec))
+			}
+		}
+	}
+	return out
+}
+
+// WriteAuthCost prints AuthCost's ratios on one line (nothing without
+// authenticated rows).
+func WriteAuthCost(w io.Writer, rows []Row) {
+	if c := AuthCost(rows); len(c) > 0 {
+		fmt.Fprintf(w, "signed/encrypted: every datagram authenticated (AES-GCM tag), or also encrypted; msgs/s over lossless, same run: %s\n", strings.Join(c, ", "))
 	}
 }
 

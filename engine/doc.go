@@ -111,6 +111,17 @@
 // never during a system call; Poll holds it for one batch of deliveries;
 // Stats for a snapshot.
 //
+// # Authentication
+//
+// With Config.Keys every datagram is sealed (engine/auth: an AES-GCM tag,
+// Config.Encrypt also encrypts the body) in the write path, just before
+// sendmmsg, and verified in the receive path right after its common header
+// decodes: a datagram that fails (no trailer, unknown key, bad tag, replay)
+// is dropped before the agent learns an address from it and before gms or
+// nakack see it, and counted in Stats.Drops.Auth. security.go holds both
+// points. Without keys (open mode, the default on loopback, Config.Insecure
+// elsewhere) nothing is sealed and authenticated datagrams are dropped.
+//
 // # Flow control
 //
 // A sender may have at most Config.Window messages that are not yet stable

@@ -245,11 +245,13 @@ func sendAll(t *testing.T, ctx context.Context, ms []*Member, recs []*recorder, 
 // every sender exactly once and in order; no lost range.
 func TestExactDeliveryJoined(t *testing.T) {
 	for _, thr := range []Threading{ThreadingShared, ThreadingDedicated} {
-		t.Run(thr.String(), func(t *testing.T) { testExactDeliveryJoined(t, thr) })
+		t.Run(thr.String(), func(t *testing.T) { testExactDeliveryJoined(t, thr, nil) })
 	}
 }
 
-func testExactDeliveryJoined(t *testing.T, thr Threading) {
+// testExactDeliveryJoined is TestExactDeliveryJoined; with keys the
+// members run with them, encrypted (TestKeyedExactDeliveryJoined).
+func testExactDeliveryJoined(t *testing.T, thr Threading, keys []Key) {
 	perSender := 10000
 	if raceEnabled || testing.Short() {
 		perSender = 2000
@@ -262,6 +264,7 @@ func testExactDeliveryJoined(t *testing.T, thr Threading) {
 		c.LossSeed = uint64(i + 1)
 		c.Threading = thr
 		c.BundleBytes = 8 << 10 // enough datagrams that 5% loss drops some (64 KB bundles: ~90 in a -race run)
+		c.Keys, c.Encrypt = keys, keys != nil
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -533,17 +536,19 @@ func (a counterApp) setState(r io.Reader) error {
 // TestStateTransferLateJoiner: two members send while a third joins with
 // FetchState; its state (installed mid-stream) plus what it delivers after
 // equals the others' state: same count and hash per sender at the end.
-func TestStateTransferLateJoiner(t *testing.T) { testStateTransferLateJoiner(t, ThreadingShared) }
+func TestStateTransferLateJoiner(t *testing.T) { testStateTransferLateJoiner(t, ThreadingShared, nil) }
 
 // TestInvokedStateTransferLateJoiner is TestStateTransferLateJoiner with
 // ThreadingInvoked members, whose agents an application goroutine runs
 // (the joiner's once Open has joined and installed the state on a
 // goroutine of its own).
 func TestInvokedStateTransferLateJoiner(t *testing.T) {
-	testStateTransferLateJoiner(t, ThreadingInvoked)
+	testStateTransferLateJoiner(t, ThreadingInvoked, nil)
 }
 
-func testStateTransferLateJoiner(t *testing.T, thr Threading) {
+// testStateTransferLateJoiner is TestStateTransferLateJoiner; with keys
+// the members run with them (TestKeyedStateTransferLateJoiner).
+func testStateTransferLateJoiner(t *testing.T, thr Threading, keys []Key) {
 	const perSender = 3000
 	base := runtime.NumGoroutine()
 	var d *driver
@@ -565,6 +570,7 @@ func testStateTransferLateJoiner(t *testing.T, thr Threading) {
 		c.RateLimit = 200_000
 		c.BundleBytes = 4096
 		c.Handler = apps[i]
+		c.Keys = keys
 		c.GetState = apps[i].getState
 		c.SetState = apps[i].setState
 		c.FetchState = true

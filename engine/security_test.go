@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/engine/auth"
 )
 
@@ -35,13 +36,17 @@ func testKeys(t testing.TB, n int) []Key {
 // every message of every sender exactly once and in order, signed and
 // encrypted, and refuse nothing.
 func TestKeyedGroupDeliversExactly(t *testing.T) {
-	for _, encrypt := range []bool{false, true} {
-		t.Run(map[bool]string{false: "signed", true: "encrypted"}[encrypt], func(t *testing.T) {
+	for _, tc := range []struct {
+		encrypt bool
+		thr     Threading
+	}{{false, ThreadingShared}, {true, ThreadingShared}, {false, ThreadingDedicated}, {true, ThreadingDedicated}} {
+		encrypt := tc.encrypt
+		t.Run(map[bool]string{false: "signed", true: "encrypted"}[encrypt]+"/"+tc.thr.String(), func(t *testing.T) {
 			const n, big = 3000, 200 << 10
 			keys := testKeys(t, 1)
 			recs := []*recorder{newRecorder(3 * (n + 1)), newRecorder(3 * (n + 1)), newRecorder(3 * (n + 1))}
 			ms := openGroup(t, 3, func(i int, c *Config) {
-				c.Keys, c.Encrypt, c.Handler = keys, encrypt, recs[i]
+				c.Keys, c.Encrypt, c.Handler, c.Threading = keys, encrypt, recs[i], tc.thr
 				c.LossRate, c.LossSeed = 0.05, uint64(i+1)
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -297,4 +302,39 @@ func TestInsecureWarnsOnce(t *testing.T) {
 	defer mu.Unlock()
 	require.Equal(t, 1, strings.Count(logs.String(), "insecure"), logs.String())
 	require.Contains(t, logs.String(), "level=WARN")
+}
+
+// TestKeyedExactDeliveryJoined: members joined through gms with a key,
+// encrypted (membership datagrams sealed too), 5% loss: exact delivery.
+func TestKeyedExactDeliveryJoined(t *testing.T) {
+	testExactDeliveryJoined(t, ThreadingShared, testKeys(t, 1))
+}
+
+// TestKeyedStateTransferLateJoiner: a joiner fetches the state from keyed
+// members (state transfer datagrams sealed too).
+func TestKeyedStateTransferLateJoiner(t *testing.T) {
+	testStateTransferLateJoiner(t, ThreadingShared, testKeys(t, 1))
+}
+
+// TestStrangerCannotJoin: a member with another secret under the same key
+// id finds nobody (it founds a group of its own) and the keyed members'
+// view is unchanged; they count its discovery datagrams as BadTag.
+func TestStrangerCannotJoin(t *testing.T) {
+	keys := testKeys(t, 1)
+	g := testGroup()
+	ms := []*Member{openOne(t, g, 0, func(_ int, c *Config) { c.Keys = keys }), openOne(t, g, 1, func(_ int, c *Config) { c.Keys = keys })}
+	defer closeInOrder(t, ms)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	waitViewSize(t, ctx, ms[1], 2)
+	stranger := openOne(t, g, 2, func(_ int, c *Config) { c.Keys = testKeys(t, 1) })
+	defer closeInOrder(t, []*Member{stranger})
+	_, v := stranger.View()
+	require.Equal(t, []digest.Member{stranger.Self()}, v, "the stranger founded a group of its own")
+	require.NoError(t, waitStats(ctx, ms[0], func(s Stats) bool { return s.Drops.Auth.BadTag > 0 }))
+	for _, m := range ms {
+		_, v := m.View()
+		require.Len(t, v, 2)
+	}
+	require.Zero(t, stranger.Stats().Delivered)
 }

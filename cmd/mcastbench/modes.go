@@ -13,6 +13,7 @@ import (
 
 	"github.com/nakcast/nakcast/bench"
 	"github.com/nakcast/nakcast/engine"
+	"github.com/nakcast/nakcast/engine/auth"
 )
 
 // loopbackDatagram is the datagram size of loopback runs: the IPv4 UDP
@@ -30,8 +31,13 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	duration := fs.Duration("duration", 2*time.Second, "how long each measurement sends")
 	sizes := fs.String("sizes", "64,1024", "message sizes in bytes, comma-separated")
 	loss := fs.Float64("loss", 0.05, "loss injected at the receivers in the lossy case (0: skip that case)")
+	keyFile := fs.String("key-file", "", "group key file for the signed and encrypted rows (lines \"ID HEX\"; default: a key generated for the run)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	keys, _, err := bench.ReadKeyFile(*keyFile)
+	if err != nil {
+		return usagef("-key-file: %v", err)
 	}
 	if err := out.check(); err != nil {
 		return err
@@ -52,7 +58,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("-loss %v: want 0 <= loss < 1", *loss)
 	}
 	fmt.Fprintf(stdout, "mcastbench: loopback, 1 sender -> 2 receivers, %v per measurement, %d cores, %s\n", *duration, runtime.NumCPU(), runtime.Version())
-	rows, members, firstErr := loopbackSuite(ctx, ss, 2, *duration, *loss, out.stats, stderr)
+	rows, members, firstErr := loopbackSuite(ctx, ss, 2, *duration, *loss, keys, out.stats, stderr)
 	if firstErr != nil && len(rows) == 0 {
 		return firstErr
 	}
@@ -63,6 +69,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintln(stdout, "msgs/s and MB/s: slowest receiver; latency: send to delivery under full load (queueing included), all receivers;")
 	fmt.Fprintln(stdout, "retrans: messages repaired; loss: messages a receiver never got; vs raw: nakcast msgs/s over the raw bundler's.")
+	bench.WriteAuthCost(stdout, rows)
 	if ctx.Err() != nil {
 		fmt.Fprintln(stdout, "interrupted: the table holds what was measured so far")
 	}
@@ -73,12 +80,21 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // loopbackSuite measures, per message size, the raw bundler and nakcast
-// (lossless, and with loss at the receivers when loss > 0), 1 sender and
-// the given number of receivers on loopback with 64 KB datagrams.
-func loopbackSuite(ctx context.Context, sizes []int, receivers int, duration time.Duration, loss float64, statsEvery time.Duration, stderr io.Writer) ([]bench.Row, [][]bench.MemberResult, error) {
+// (lossless, with loss at the receivers when loss > 0, then lossless with
+// every datagram signed and encrypted under keys, or a key generated for
+// the run), 1 sender and the given number of receivers on loopback with
+// 64 KB datagrams.
+func loopbackSuite(ctx context.Context, sizes []int, receivers int, duration time.Duration, loss float64, keys []engine.Key, statsEvery time.Duration, stderr io.Writer) ([]bench.Row, [][]bench.MemberResult, error) {
 	var rows []bench.Row
 	var members [][]bench.MemberResult
 	var firstErr error
+	if len(keys) == 0 {
+		k, err := auth.GenerateKey(1)
+		if err != nil {
+			return nil, nil, err
+		}
+		keys = []engine.Key{k}
+	}
 	for _, size := range sizes {
 		if ctx.Err() != nil {
 			break
@@ -90,16 +106,18 @@ func loopbackSuite(ctx context.Context, sizes []int, receivers int, duration tim
 			return rows, members, fmt.Errorf("raw baseline %d B: %w", size, err)
 		}
 		rows = append(rows, bench.RawRow("loopback", rawCfg, raw))
-		cases := []float64{0}
+		cases := []suiteCase{{name: caseName(0)}}
 		if loss > 0 {
-			cases = append(cases, loss)
+			cases = append(cases, suiteCase{name: caseName(loss), loss: loss})
 		}
-		for _, l := range cases {
+		cases = append(cases, suiteCase{name: bench.CaseSigned, keys: keys}, suiteCase{name: bench.CaseEncrypted, keys: keys, encrypt: true})
+		for _, sc := range cases {
 			if ctx.Err() != nil {
 				break
 			}
-			cfg := bench.MemberConfig{Members: receivers + 1, MsgSize: size, Duration: duration, SampleEvery: sampleEvery(0, size), Interface: "lo"}
-			name := caseName(l)
+			cfg := bench.MemberConfig{Members: receivers + 1, MsgSize: size, Duration: duration, SampleEvery: sampleEvery(0, size), Interface: "lo",
+				Keys: sc.keys, Encrypt: sc.encrypt}
+			l, name := sc.loss, sc.name
 			rs, err := runGroup(ctx, cfg, l, fmt.Sprintf("nakcast %s %s", bench.FormatBytes(size), name), statsEvery, stderr)
 			if err != nil && firstErr == nil && ctx.Err() == nil {
 				firstErr = fmt.Errorf("nakcast %d B %s: %w", size, name, err)
@@ -110,6 +128,14 @@ func loopbackSuite(ctx context.Context, sizes []int, receivers int, duration tim
 	}
 	progressDone(stderr)
 	return rows, members, firstErr
+}
+
+// suiteCase is one nakcast row of a size in the loopback suite.
+type suiteCase struct {
+	name    string
+	loss    float64
+	keys    []engine.Key
+	encrypt bool
 }
 
 func caseName(loss float64) string {

@@ -32,7 +32,7 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	sizes := []int{64, 1024}
 	loadBefore := loadAvg()
-	rows, _, err := loopbackSuite(ctx, sizes, *receivers, *duration, 0.05, 0, stderr)
+	rows, _, err := loopbackSuite(ctx, sizes, *receivers, *duration, 0.05, nil, 0, stderr)
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,9 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(&b, "engine.ThreadingInvoked (each member's agent on its application goroutine: one goroutine a member, as the bundler's),\n")
 	fmt.Fprintf(&b, "the sender handing messages over 64 at a time (SendBatch) and not delivering its own (DiscardOwn), as the bundler's does not.\n")
 	fmt.Fprintf(&b, "msgs/s and MB/s are the slowest receiver's; latency is send (timestamp in the payload) to delivery under full load,\n")
-	fmt.Fprintf(&b, "so it is mostly queueing; `verified` means every member delivered the same messages (count and hash) in order.\n\n")
+	fmt.Fprintf(&b, "so it is mostly queueing; `verified` means every member delivered the same messages (count and hash) in order.\n")
+	fmt.Fprintf(&b, "The loopback %q and %q rows run lossless with a group key (engine.Config.Keys: an AES-GCM tag on every\n", bench.CaseSigned, bench.CaseEncrypted)
+	fmt.Fprintf(&b, "datagram; encrypted: and Config.Encrypt), right after the plain lossless row of their size.\n\n")
 	if netnsNote != "" {
 		fmt.Fprintf(&b, "%s\n\n", netnsNote)
 	}
@@ -83,6 +85,7 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	fmt.Fprintf(&b, "```\n")
+	bench.WriteAuthCost(&b, rows)
 	if err := os.WriteFile(*outFile, b.Bytes(), 0o644); err != nil {
 		return err
 	}
