@@ -19,6 +19,7 @@ import (
 	"github.com/nakcast/nakcast/bench"
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/engine"
+	"github.com/nakcast/nakcast/engine/auth"
 )
 
 // The benchmarks live in the external test package: bench/ imports engine
@@ -114,6 +115,14 @@ func BenchmarkEngineLoopback(b *testing.B) {
 		b.Run(fmt.Sprintf("%dB/block/loss5%%", size), func(b *testing.B) {
 			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, loss: 0.05})
 		})
+		// Every datagram signed (Config.Keys), or also encrypted
+		// (Config.Encrypt): compare with %dB/block.
+		b.Run(fmt.Sprintf("%dB/block/signed", size), func(b *testing.B) {
+			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, auth: "signed"})
+		})
+		b.Run(fmt.Sprintf("%dB/block/encrypted", size), func(b *testing.B) {
+			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, auth: "encrypted"})
+		})
 		b.Run(fmt.Sprintf("%dB/block/dedicated", size), func(b *testing.B) {
 			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, thr: engine.ThreadingDedicated})
 		})
@@ -163,7 +172,8 @@ type loopOpts struct {
 	discardOwn bool
 	batch      int
 	invoked    bool
-	exclusive  bool // the sender's Config.ExclusiveSender
+	exclusive  bool   // the sender's Config.ExclusiveSender
+	auth       string // "signed" (Config.Keys) or "encrypted" (and Config.Encrypt)
 }
 
 // benchLoopback runs one configuration.
@@ -177,8 +187,15 @@ func benchLoopback(b *testing.B, size int, o loopOpts) {
 	}
 	rawCPU := cpuTime() - rawCPU0
 	cs := []*counter{{want: int64(b.N)}, {want: int64(b.N)}}
+	key, err := auth.GenerateKey(1)
+	if err != nil {
+		b.Fatal(err)
+	}
 	ms := openBench(b, benchIDs(2), func(i int, c *engine.Config) {
 		c.Handler = cs[i]
+		if o.auth != "" {
+			c.Keys, c.Encrypt = []engine.Key{key}, o.auth == "encrypted"
+		}
 		c.Idle = o.idle
 		c.Threading = o.thr
 		if o.invoked {
