@@ -120,6 +120,8 @@ func TestNetnsThreeMembers(t *testing.T) {
 		{"invoked+batch+discard-own", func(c *MemberConfig) {
 			c.Threading, c.SendBatch, c.DiscardOwn = engine.ThreadingInvoked, 64, true
 		}},
+		{"insecure", func(c *MemberConfig) { c.Insecure = true }},
+		{"encrypted", func(c *MemberConfig) { c.Encrypt = true }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := rootLinks(t)
@@ -145,6 +147,12 @@ func TestNetnsThreeMembers(t *testing.T) {
 				require.Equal(t, count, r.Senders[0].Delivered, "member %d", r.Index)
 				injected += r.Stats.Drops.Injected
 				repaired += r.Stats.Retransmitted
+				mode := map[bool]string{false: "signed", true: "encrypted"}[cfg.Encrypt]
+				if cfg.Insecure {
+					mode = "open"
+				}
+				require.Equal(t, mode, r.Stats.Auth.Mode, "a namespace run generates a key unless Insecure")
+				require.Zero(t, r.Stats.Drops.Auth.Total(), "member %d", r.Index)
 			}
 			require.Positive(t, injected, "no loss was injected")
 			require.Positive(t, repaired, "loss injected but nothing repaired")
