@@ -3,13 +3,16 @@ package prom
 import (
 	"context"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/engine"
+	"github.com/nakcast/nakcast/engine/auth"
 	"github.com/nakcast/nakcast/nakack"
+	"github.com/nakcast/nakcast/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
@@ -128,5 +131,53 @@ func TestCollectorRepairAndLag(t *testing.T) {
 		}
 		require.True(t, time.Now().Before(deadline), "peer lag %v, age %v", lag, age)
 		time.Sleep(time.Millisecond) // polling the agents' progress, bounded
+	}
+}
+
+// TestCollectorAuthDrops: datagrams refused by authentication are exported
+// by reason: a keyed member counts an unauthenticated heartbeat as
+// auth_no_trailer.
+func TestCollectorAuthDrops(t *testing.T) {
+	g := netip.AddrPortFrom(netip.AddrFrom4([4]byte{239, 79, byte(rand.IntN(256)), 2}), uint16(20000+rand.IntN(40000)))
+	key, err := auth.GenerateKey(1)
+	require.NoError(t, err)
+	const group = 0x70726f6d
+	m, err := engine.Open(context.Background(), engine.Config{Group: g, GroupID: group, Keys: []engine.Key{key},
+		Handler: engine.HandlerFunc(func(digest.Member, uint64, []byte) {})})
+	require.NoError(t, err)
+	defer m.Close(context.Background())
+	hb, err := wire.EncodeHeartbeat(make([]byte, 128), wire.Header{Group: group, Sender: digest.Member{ID: 99, Inc: 1}},
+		wire.Heartbeat{View: digest.ViewID{Coord: digest.Member{ID: 99, Inc: 1}, Counter: 1}})
+	require.NoError(t, err)
+	conn, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(m.LocalAddr()))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.Write(hb)
+	require.NoError(t, err)
+	reg := prometheus.NewPedanticRegistry()
+	require.NoError(t, reg.Register(New(m, nil)))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mfs, err := reg.Gather()
+		require.NoError(t, err)
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() != "nakcast_drops_total" {
+				continue
+			}
+			for _, mt := range mf.GetMetric() {
+				for _, l := range mt.GetLabel() {
+					got[l.GetValue()] = mt.GetCounter().GetValue()
+				}
+			}
+		}
+		for _, r := range []string{"auth_no_trailer", "auth_unknown_key", "auth_replay", "auth_too_old", "auth_throttled", "auth_bad_tag", "auth_no_key"} {
+			require.Contains(t, got, r)
+		}
+		if got["auth_no_trailer"] == 1 {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "drops %v", got)
+		time.Sleep(time.Millisecond) // polling the agent's progress, bounded
 	}
 }
