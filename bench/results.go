@@ -44,6 +44,11 @@ type Row struct {
 	// hash per sender) as the sender itself, in order.
 	Verified bool   `json:"verified"`
 	Note     string `json:"note,omitempty"`
+	// CPUNsPerMsg is the process's CPU time (user and system) over the
+	// messages sent, where the whole group ran in one process (the
+	// loopback suite): on a shared machine a steadier measure of cost than
+	// rates.
+	CPUNsPerMsg float64 `json:"cpu_ns_per_msg,omitempty"`
 	// Ratio is MsgsPerSec over the raw baseline's in the same run (0 when
 	// there is none).
 	Ratio float64 `json:"ratio"`
@@ -174,9 +179,10 @@ const (
 	CaseEncrypted = "encrypted"
 )
 
-// AuthCost returns the msgs/s of each signed and encrypted nakcast row over
-// the plain lossless row of the same path and sizes ("64 B signed 0.93x"),
-// in row order.
+// AuthCost returns, for each signed and encrypted nakcast row, its msgs/s
+// over the plain lossless row's of the same path and sizes and, when both
+// have it, the plain row's CPU per message over its own ("64B signed 0.93x
+// (cpu 0.90x)"), in row order.
 func AuthCost(rows []Row) []string {
 	var out []string
 	for _, r := range rows {
@@ -186,7 +192,11 @@ func AuthCost(rows []Row) []string {
 		for _, p := range rows {
 			if p.Name == "nakcast" && p.Case == "lossless" && p.Path == r.Path && p.MsgSize == r.MsgSize &&
 				p.DatagramSize == r.DatagramSize && p.MsgsPerSec > 0 {
-				out = append(out, fmt.Sprintf("%s %s %.2fx", FormatBytes(r.MsgSize), r.Case, r.MsgsPerSec/p.MsgsPerSec))
+				c := fmt.Sprintf("%s %s %.2fx", FormatBytes(r.MsgSize), r.Case, r.MsgsPerSec/p.MsgsPerSec)
+				if r.CPUNsPerMsg > 0 && p.CPUNsPerMsg > 0 {
+					c += fmt.Sprintf(" (cpu %.2fx)", p.CPUNsPerMsg/r.CPUNsPerMsg)
+				}
+				out = append(out, c)
 			}
 		}
 	}
@@ -197,7 +207,7 @@ func AuthCost(rows []Row) []string {
 // authenticated rows).
 func WriteAuthCost(w io.Writer, rows []Row) {
 	if c := AuthCost(rows); len(c) > 0 {
-		fmt.Fprintf(w, "signed/encrypted: every datagram authenticated (AES-GCM tag), or also encrypted; msgs/s over lossless, same run: %s\n", strings.Join(c, ", "))
+		fmt.Fprintf(w, "signed/encrypted: every datagram authenticated (AES-GCM tag), or also encrypted; msgs/s over lossless, same run\n(cpu: lossless CPU per message over theirs): %s\n", strings.Join(c, ", "))
 	}
 }
 

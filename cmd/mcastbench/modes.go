@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nakcast/nakcast/bench"
@@ -118,16 +119,35 @@ func loopbackSuite(ctx context.Context, sizes []int, receivers int, duration tim
 			cfg := bench.MemberConfig{Members: receivers + 1, MsgSize: size, Duration: duration, SampleEvery: sampleEvery(0, size), Interface: "lo",
 				Keys: sc.keys, Encrypt: sc.encrypt}
 			l, name := sc.loss, sc.name
+			cpu0 := processCPU()
 			rs, err := runGroup(ctx, cfg, l, fmt.Sprintf("nakcast %s %s", bench.FormatBytes(size), name), statsEvery, stderr)
+			cpu := processCPU() - cpu0
 			if err != nil && firstErr == nil && ctx.Err() == nil {
 				firstErr = fmt.Errorf("nakcast %d B %s: %w", size, name, err)
 			}
-			rows = append(rows, bench.GroupRow("loopback", name, rs, loopbackDatagram))
+			row := bench.GroupRow("loopback", name, rs, loopbackDatagram)
+			var sent int64
+			for _, r := range rs {
+				sent += r.Sent
+			}
+			if sent > 0 {
+				row.CPUNsPerMsg = float64(cpu.Nanoseconds()) / float64(sent)
+			}
+			rows = append(rows, row)
 			members = append(members, rs)
 		}
 	}
 	progressDone(stderr)
 	return rows, members, firstErr
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // suiteCase is one nakcast row of a size in the loopback suite.
