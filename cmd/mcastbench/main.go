@@ -51,6 +51,7 @@ modes:
   raw-member  one raw bundler process, sender or receiver (JSON result)
   netns       one member per network namespace on a bridge (root)
   results     regenerate bench/RESULTS.md (make bench-results)
+  keygen      write a new group key file for -key-file
 
 run "mcastbench MODE -h" for the flags of a mode.
 `
@@ -85,6 +86,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runNetns(ctx, args, stdout, stderr)
 	case "results":
 		err = runResults(ctx, args, stdout, stderr)
+	case "keygen":
+		err = runKeygen(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, topUsage)
 		return 0

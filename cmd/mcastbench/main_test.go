@@ -224,3 +224,25 @@ func TestProfileAndTraceFiles(t *testing.T) {
 		t.Fatalf("unwritable trace prefix: code %d, want 1", code)
 	}
 }
+
+// TestKeygen: keygen writes a key file that -key-file reads, mode 0600,
+// refuses to overwrite it, and prints no secret.
+func TestKeygen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys")
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"keygen", "-o", path, "-id", "7", "-bits", "128"}, &out, &errOut), errOut.String())
+	keys, _, err := bench.ReadKeyFile(path)
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	require.Equal(t, "key 7 (AES-128)", keys[0].String())
+	st, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NotContains(t, out.String(), strings.Fields(string(b))[1])
+	require.Contains(t, out.String(), "key 7 (AES-128)")
+	require.Equal(t, 1, run([]string{"keygen", "-o", path}, &out, &errOut), "no overwrite")
+	require.Equal(t, 2, run([]string{"keygen", "-o", path, "-bits", "192"}, &out, &errOut))
+	require.Equal(t, 0, run([]string{"throughput", "-key-file", path, "-count", "2000", "-size", "64"}, &out, &errOut), errOut.String())
+}
