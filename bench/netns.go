@@ -154,6 +154,10 @@ func (ns *Netns) Close() error {
 // Created lists the namespaces that exist now (for tests).
 func (ns *Netns) Created() []string { return append([]string(nil), ns.created...) }
 
+// Bridge is the name of the namespace that holds the bridge (and the
+// bridge's ends of the veth pairs).
+func (ns *Netns) Bridge() string { return ns.prefix + "br" }
+
 // Command returns a command running argv in member i's namespace.
 func (ns *Netns) Command(i int, argv ...string) *exec.Cmd {
 	return exec.Command("ip", append([]string{"netns", "exec", ns.Members[i]}, argv...)...)

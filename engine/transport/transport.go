@@ -238,6 +238,43 @@ type Stats struct {
 	// and GRORuns counts the runs of several datagrams it read at once.
 	GRO     bool
 	GRORuns uint64
+	// XDP is the AF_XDP backend's (ebpf/); zero for the UDP backend.
+	XDP XDPStats
+}
+
+// XDPStats are the AF_XDP backend's counters: the kernel's
+// XDP_STATISTICS summed over its sockets, and its own.
+type XDPStats struct {
+	// Mode is where its XDP program runs ("native": the driver's hook,
+	// "generic": the stack's); ZeroCopy says the sockets bound in
+	// zero-copy mode (else copy mode), BusyPoll that the kernel took the
+	// busy-poll options; Sockets is the number of AF_XDP sockets (one per
+	// receive queue).
+	Mode     string
+	ZeroCopy bool
+	BusyPoll bool
+	Sockets  int
+	// The kernel's counters: frames dropped for want of room
+	// (RxDropped), invalid descriptors handed to it (RxInvalidDescs,
+	// TxInvalidDescs), frames that found the RX ring full (RxRingFull) or
+	// the fill ring empty (FillRingEmpty), and sends that found the TX
+	// ring empty (TxRingEmpty).
+	RxDropped      uint64
+	RxInvalidDescs uint64
+	TxInvalidDescs uint64
+	RxRingFull     uint64
+	FillRingEmpty  uint64
+	TxRingEmpty    uint64
+	// Malformed counts frames refused as not a well-formed UDP datagram
+	// (or a fragment), Foreign well-formed frames for another group or
+	// port, Filtered the group datagrams the group filter dropped (own
+	// datagrams); TxKicks the sendto calls that woke the kernel to send,
+	// TxWaits the waits for free send frames.
+	Malformed uint64
+	Foreign   uint64
+	Filtered  uint64
+	TxKicks   uint64
+	TxWaits   uint64
 }
 
 // withDefaults validates c and returns it with defaults filled in and the
@@ -339,6 +376,13 @@ func checkGroup(g netip.Addr) error {
 		return errors.New("IPv6 groups must be interface-local or link-local scope: ff01::/16, ff02::/16, ff11::/16 or ff12::/16")
 	}
 	return nil
+}
+
+// DestinationAllowed reports whether WriteBatch of a transport of group
+// may send to dst under the safety rules (Config.AllowNonLoopback): the
+// check another backend (ebpf/) makes before it sends anything.
+func DestinationAllowed(dst, group netip.AddrPort, allowNonLoopback bool) bool {
+	return allowedDst(dst, group, allowNonLoopback)
 }
 
 // allowedDst reports whether a unicast or group destination passes the

@@ -1073,6 +1073,10 @@ func (u *UDP) Group() netip.AddrPort { return u.group }
 // BatchSize implements Transport.
 func (u *UDP) BatchSize() int { return u.cfg.BatchSize }
 
+// UnicastConn is the unicast socket, for a backend that waits on it beside
+// sockets of its own (ebpf/ adds it to its epoll set).
+func (u *UDP) UnicastConn() syscall.RawConn { return u.uraw }
+
 // Info describes the open sockets, with the buffer sizes read back.
 func (u *UDP) Info() Info { return u.info }
 
