@@ -1,0 +1,5 @@
+//go:build !race
+
+package ebpf_test
+
+const raceEnabled = false

@@ -1,0 +1,143 @@
+package ebpf
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	cebpf "github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+)
+
+// XDP return codes.
+const (
+	xdpPass = 2
+)
+
+// xdp_md field offsets.
+const (
+	mdData         = 0
+	mdDataEnd      = 4
+	mdRxQueueIndex = 16
+)
+
+// le16 and le32 are the values a little-endian load of the big-endian
+// (network order) bytes of v gives: what the program compares loaded
+// header fields with, so that it never swaps bytes.
+func le16(v uint16) int32 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], v)
+	return int32(binary.LittleEndian.Uint16(b[:]))
+}
+
+func le32(b []byte) int32 { return int32(binary.LittleEndian.Uint32(b)) }
+
+// programInstructions is the XDP program that steers group's datagrams
+// into the AF_XDP socket of the receive queue they arrived on (the XSKMAP
+// whose descriptor is xsks, keyed by queue) and passes every other frame
+// to the stack untouched: anything that is not an untagged Ethernet frame
+// carrying IPv4 or IPv6 UDP to group's address and port. An IPv4
+// datagram with options is matched too (variable header length); a
+// fragment after the first is passed (it carries no UDP header), the
+// first fragment redirected, for the socket to count and drop. A queue
+// without a socket in the map passes too (bpf_redirect_map's fallback).
+//
+// Written with cilium/ebpf's assembler: the program is some thirty
+// instructions that depend on the group, so building it at run time
+// costs nothing, needs no clang, and leaves no generated object to keep
+// in step with the code.
+func programInstructions(group netip.AddrPort, xsks int) asm.Instructions {
+	port := le16(group.Port())
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.LoadMem(asm.R2, asm.R1, mdData, asm.Word),
+		asm.LoadMem(asm.R3, asm.R1, mdDataEnd, asm.Word),
+	}
+	if g := group.Addr(); g.Is4() {
+		a := g.As4()
+		insns = append(insns,
+			// The shortest frame of interest: Ethernet, IPv4, UDP.
+			asm.Mov.Reg(asm.R4, asm.R2),
+			asm.Add.Imm(asm.R4, hdrLen4),
+			asm.JGT.Reg(asm.R4, asm.R3, "pass"),
+			asm.LoadMem(asm.R5, asm.R2, 12, asm.Half),
+			asm.JNE.Imm(asm.R5, le16(etherTypeIPv4), "pass"),
+			asm.LoadMem(asm.R5, asm.R2, ethLen+9, asm.Byte),
+			asm.JNE.Imm(asm.R5, protoUDP, "pass"),
+			asm.LoadMem(asm.R5, asm.R2, ethLen+16, asm.Word),
+			asm.JNE.Imm32(asm.R5, le32(a[:]), "pass"),
+			// Fragment offset other than 0: no UDP header to match.
+			asm.LoadMem(asm.R5, asm.R2, ethLen+6, asm.Half),
+			asm.And.Imm(asm.R5, le16(0x1fff)),
+			asm.JNE.Imm(asm.R5, 0, "pass"),
+			// UDP header after IHL*4 bytes of IPv4 header.
+			asm.LoadMem(asm.R5, asm.R2, ethLen, asm.Byte),
+			asm.And.Imm(asm.R5, 0x0f),
+			asm.LSh.Imm(asm.R5, 2),
+			asm.JLT.Imm(asm.R5, ipv4Len, "pass"),
+			asm.Mov.Reg(asm.R4, asm.R2),
+			asm.Add.Reg(asm.R4, asm.R5),
+			asm.Mov.Reg(asm.R7, asm.R4),
+			asm.Add.Imm(asm.R7, ethLen+udpLen),
+			asm.JGT.Reg(asm.R7, asm.R3, "pass"),
+			asm.LoadMem(asm.R5, asm.R4, ethLen+2, asm.Half),
+			asm.JNE.Imm(asm.R5, port, "pass"),
+		)
+	} else {
+		a := g.As16()
+		insns = append(insns,
+			asm.Mov.Reg(asm.R4, asm.R2),
+			asm.Add.Imm(asm.R4, hdrLen6),
+			asm.JGT.Reg(asm.R4, asm.R3, "pass"),
+			asm.LoadMem(asm.R5, asm.R2, 12, asm.Half),
+			asm.JNE.Imm(asm.R5, le16(etherTypeIPv6), "pass"),
+			// Next header UDP: a datagram behind extension headers passes.
+			asm.LoadMem(asm.R5, asm.R2, ethLen+6, asm.Byte),
+			asm.JNE.Imm(asm.R5, protoUDP, "pass"),
+		)
+		for i := 0; i < 16; i += 4 {
+			insns = append(insns,
+				asm.LoadMem(asm.R5, asm.R2, int16(ethLen+24+i), asm.Word),
+				asm.JNE.Imm32(asm.R5, le32(a[i:i+4]), "pass"),
+			)
+		}
+		insns = append(insns,
+			asm.LoadMem(asm.R5, asm.R2, ethLen+ipv6Len+2, asm.Half),
+			asm.JNE.Imm(asm.R5, port, "pass"),
+		)
+	}
+	return append(insns,
+		asm.LoadMapPtr(asm.R1, xsks),
+		asm.LoadMem(asm.R2, asm.R6, mdRxQueueIndex, asm.Word),
+		asm.Mov.Imm(asm.R3, xdpPass),
+		asm.FnRedirectMap.Call(),
+		asm.Return(),
+		asm.Mov.Imm(asm.R0, xdpPass).WithSymbol("pass"),
+		asm.Return(),
+	)
+}
+
+// newXSKMap returns an XSKMAP with one slot per receive queue.
+func newXSKMap(queues int) (*cebpf.Map, error) {
+	m, err := cebpf.NewMap(&cebpf.MapSpec{
+		Name: "nakcast_xsks", Type: cebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: uint32(queues),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("XSKMAP: %w", err)
+	}
+	return m, nil
+}
+
+// newProgram loads the XDP program for group over the XSKMAP xsks.
+func newProgram(group netip.AddrPort, xsks *cebpf.Map) (*cebpf.Program, error) {
+	p, err := cebpf.NewProgram(&cebpf.ProgramSpec{
+		Name:         "nakcast_xdp",
+		Type:         cebpf.XDP,
+		Instructions: programInstructions(group, xsks.FD()),
+		License:      "Dual MIT/GPL",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("XDP program: %w", err)
+	}
+	return p, nil
+}
