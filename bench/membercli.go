@@ -178,9 +178,6 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 	if cfg.Threading, err = engine.ParseThreading(*threading); err != nil {
 		return bad("-threading: %v", err)
 	}
-	if *transport == engine.TransportXDP {
-		return MemberConfig{}, "", false, fmt.Errorf("-transport xdp: the AF_XDP backend is not available yet (it arrives with ebpf/)")
-	}
 	if _, err := cfg.withDefaults(); err != nil {
 		return MemberConfig{}, "", false, fmt.Errorf("%w: %v", ErrUsage, err)
 	}

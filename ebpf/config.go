@@ -63,6 +63,12 @@ var (
 	ErrTooLarge = errors.New("ebpf: datagram larger than the interface MTU allows")
 )
 
+// Validate reports whether Open would accept o, naming the field.
+func (o Options) Validate() error {
+	_, err := o.withDefaults()
+	return err
+}
+
 // withDefaults checks and fills in the Options.
 func (o Options) withDefaults() (Options, error) {
 	switch o.Mode {

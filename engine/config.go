@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/ebpf"
 	"github.com/nakcast/nakcast/engine/transport"
 )
 
@@ -115,8 +116,8 @@ func (t Threading) String() string {
 // Transport names accepted by Config.Transport.
 const (
 	TransportUDP = "udp"
-	// TransportXDP is reserved for the AF_XDP backend (ebpf/); Open refuses
-	// it until it lands. TransportAuto picks the best available backend.
+	// TransportXDP is the AF_XDP backend (ebpf/). TransportAuto picks it
+	// where it opens, else UDP.
 	TransportXDP  = "xdp"
 	TransportAuto = "auto"
 )
@@ -228,10 +229,17 @@ type Config struct {
 	// the trip on its own. The transport falls back by itself, for good,
 	// if the kernel refuses a segmented send (transport.Stats.GSORefused).
 	NoGSO bool
-	// Transport selects the backend: "udp" (default), or "auto" (the best
-	// available: UDP until the AF_XDP backend lands). "xdp" is refused
-	// until then.
+	// Transport selects the backend: "udp" (default); "xdp", the AF_XDP
+	// kernel-bypass backend (ebpf/: Linux, root, an Ethernet interface,
+	// TTL 1 or more, Unicast an address of the interface, one AF_XDP
+	// member per interface; its group datagrams are not looped back to
+	// this host), which Open refuses with the reason when it cannot run;
+	// or "auto", AF_XDP where it opens and UDP otherwise, with one log
+	// line saying why. Member.Config reports the backend opened.
 	Transport string
+	// XDP tunes the AF_XDP backend (attach mode, ring sizes, busy poll);
+	// zero values select its defaults.
+	XDP ebpf.Options
 
 	// Self identifies this member; the zero Member picks a random ID with
 	// incarnation 1. With dynamic membership only Self.ID is used: gms
@@ -520,13 +528,12 @@ func (c Config) withDefaults() (Config, error) {
 	switch c.Transport {
 	case "":
 		c.Transport = TransportUDP
-	case TransportUDP:
-	case TransportAuto:
-		c.Transport = TransportUDP // the only backend so far
-	case TransportXDP:
-		return bad("Transport %q: not available yet (arrives with ebpf/): want %q or %q", c.Transport, TransportUDP, TransportAuto)
+	case TransportUDP, TransportXDP, TransportAuto:
 	default:
-		return bad("Transport %q: want %q or %q (%q arrives with the AF_XDP backend)", c.Transport, TransportUDP, TransportAuto, TransportXDP)
+		return bad("Transport %q: want %q, %q or %q", c.Transport, TransportUDP, TransportXDP, TransportAuto)
+	}
+	if err := c.XDP.Validate(); err != nil && c.Transport != TransportUDP {
+		return bad("XDP: %v", err)
 	}
 
 	if c.Self.IsZero() {

@@ -1,14 +1,18 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"math"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/ebpf"
 	"github.com/stretchr/testify/require"
 )
 
@@ -56,7 +60,7 @@ func TestConfigErrors(t *testing.T) {
 		{"Unicast", func(c *Config) { c.Unicast = netip.MustParseAddrPort("10.1.2.3:0") }},
 		{"Unicast", func(c *Config) { c.Unicast = netip.MustParseAddrPort("[::1]:0") }},
 		{"Transport", func(c *Config) { c.Transport = "tcp" }},
-		{"Transport", func(c *Config) { c.Transport = TransportXDP }},
+		{"XDP", func(c *Config) { c.Transport, c.XDP.Frames = TransportXDP, 100 }},
 		{"Self", func(c *Config) { c.Self = digest.Member{Inc: 3} }},
 		{"Members", func(c *Config) { c.Members = []digest.Member{other} }},
 		{"Members[1]", func(c *Config) { c.Members = []digest.Member{self, self} }},
@@ -132,10 +136,23 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// TestConfigTransportAuto: "auto" where AF_XDP cannot run (the loopback
+// interface) opens UDP and says why in one log line; "xdp" there is
+// refused with the same reason.
 func TestConfigTransportAuto(t *testing.T) {
-	c, err := Config{Transport: TransportAuto}.withDefaults()
+	var log bytes.Buffer
+	c := Config{Group: testGroup(), TTL: 1, Transport: TransportAuto, Members: testMembers(1), Logger: slog.New(slog.NewTextHandler(&log, nil))}
+	c.Self = c.Members[0]
+	m, err := Open(context.Background(), c)
 	require.NoError(t, err)
-	require.Equal(t, TransportUDP, c.Transport)
+	defer m.Close(context.Background())
+	require.Equal(t, TransportUDP, m.Config().Transport)
+	require.Equal(t, 1, strings.Count(log.String(), "AF_XDP transport not used"), "%s", log.String())
+	require.Contains(t, log.String(), "loopback")
+	c.Transport = TransportXDP
+	_, err = Open(context.Background(), c)
+	require.ErrorIs(t, err, ebpf.ErrUnavailable)
+	require.ErrorContains(t, err, "loopback")
 }
 
 func TestConfigNonLoopbackNeedsOptIn(t *testing.T) {

@@ -102,27 +102,14 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
-	tr, err := transport.Open(transport.Config{
-		Group:            cfg.Group,
-		Interface:        cfg.Interface,
-		Unicast:          cfg.Unicast,
-		TTL:              cfg.TTL,
-		RecvBuffer:       cfg.RecvBuffer,
-		SendBuffer:       cfg.SendBuffer,
-		BatchSize:        cfg.BatchSize,
-		AllowNonLoopback: cfg.AllowNonLoopback,
-		NoLoopback:       cfg.NoLoopback,
-		NoGSO:            cfg.NoGSO,
-		GRO:              !cfg.NoGSO && cfg.MaxDatagram <= transport.GROMaxDatagram,
-		GroupFilter:      selfFilter(cfg.Self),
-	})
+	tr, info, err := openTransport(&cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err) // transport errors name themselves
 	}
 	m := &Member{
 		cfg:       cfg,
 		tr:        tr,
-		info:      tr.Info(),
+		info:      info,
 		pool:      wire.NewPool(cfg.MaxDatagram, cfg.PoolBytes),
 		epoch:     time.Now(),
 		log:       newLogger(cfg.Logger.With("member", cfg.Self.String())),

@@ -74,7 +74,9 @@ type netnsMemberConfig struct {
 	SuspectTimeout    time.Duration
 	ProbeTimeout      time.Duration
 	DiscoveryTimeout  time.Duration
-	Result            string
+	// Transport is engine.Config.Transport ("": UDP).
+	Transport string
+	Result    string
 	// KeyFile is the group key file (the run generates one): datagrams
 	// are authenticated. Empty: open mode (Config.Insecure).
 	KeyFile string
@@ -349,6 +351,7 @@ func netnsMemberMain(path string, stdin io.Reader, stdout io.Writer) error {
 		SuspectTimeout:    mc.SuspectTimeout,
 		ProbeTimeout:      mc.ProbeTimeout,
 		DiscoveryTimeout:  mc.DiscoveryTimeout,
+		Transport:         mc.Transport,
 		Logger:            slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	octx, ocancel := context.WithTimeout(ctx, 60*time.Second)

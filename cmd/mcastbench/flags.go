@@ -54,7 +54,7 @@ func (f *engineFlags) register(fs *flag.FlagSet, members int, duration time.Dura
 	fs.Int64Var(&f.count, "count", 0, "messages per sender (0: send for -duration)")
 	fs.DurationVar(&f.duration, "duration", duration, "how long each sender sends when -count is 0")
 	fs.Float64Var(&f.loss, "loss", 0, "fraction of datagrams dropped at each receiver (0 <= loss < 1)")
-	fs.StringVar(&f.transport, "transport", "udp", "transport: udp (xdp arrives with the AF_XDP backend)")
+	fs.StringVar(&f.transport, "transport", "udp", "transport: udp, xdp (AF_XDP: root, an Ethernet interface, TTL 1; the netns mode) or auto (xdp where it runs, else udp)")
 	fs.StringVar(&f.idle, "idle", "block", "agent idle strategy: block, yield or spin")
 	fs.StringVar(&f.threading, "threading", "shared", "agent goroutines: shared (one), dedicated (a sender and a receiver) or invoked (run by the harness through DoWork)")
 	fs.IntVar(&f.bundleBytes, "bundle-bytes", 0, "bundling limit in bytes (0: the datagram size)")
@@ -101,11 +101,9 @@ func (f *engineFlags) check() error {
 		return usagef("-key-file: %v", err)
 	}
 	switch f.transport {
-	case "udp", "auto":
-	case "xdp":
-		return fmt.Errorf("-transport xdp: the AF_XDP backend is not available yet (it arrives with ebpf/); use -transport udp")
+	case engine.TransportUDP, engine.TransportXDP, engine.TransportAuto:
 	default:
-		return usagef("-transport %q: want udp (or xdp, once the AF_XDP backend lands)", f.transport)
+		return usagef("-transport %q: want udp, xdp or auto", f.transport)
 	}
 	if _, err := parseIdle(f.idle); err != nil {
 		return err

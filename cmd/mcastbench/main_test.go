@@ -63,10 +63,12 @@ func TestBadFlagsExit2NamingTheFlag(t *testing.T) {
 	}
 }
 
-func TestXDPRefusedWithReason(t *testing.T) {
+// TestXDPOnLoopbackRefusedWithReason: AF_XDP cannot run on loopback; the
+// run fails saying why.
+func TestXDPOnLoopbackRefusedWithReason(t *testing.T) {
 	var out, errOut bytes.Buffer
-	require.Equal(t, 1, run([]string{"throughput", "-transport", "xdp"}, &out, &errOut))
-	require.Contains(t, errOut.String(), "AF_XDP backend is not available yet")
+	require.Equal(t, 1, run([]string{"throughput", "-transport", "xdp", "-count", "10", "-noraw"}, &out, &errOut))
+	require.Contains(t, errOut.String(), "AF_XDP unavailable")
 }
 
 func TestHelpExits0(t *testing.T) {
