@@ -12,8 +12,13 @@ import (
 type Options struct {
 	// Mode is how the XDP program attaches: "" (native, the driver's
 	// hook, where the driver has one, else generic), "native" (fail
-	// without driver support) or "generic" (the stack's hook, slower,
-	// any driver).
+	// without driver support) or "generic" (the stack's hook: any
+	// driver, slower on a NIC). On veth keep native: the generic hook
+	// gets a peer's UDP segmentation offload run (a UDP member's default
+	// send) as one buffer, which the program takes for one datagram when
+	// the run fits the MTU, so most of it is lost and repaired (a run
+	// longer than the MTU goes to the stack, which cuts it); native XDP
+	// on veth turns the peer's offload off.
 	Mode string
 	// Frames is the number of receive frames of each socket's UMEM, and
 	// the fill and RX rings' size (a power of two, default 8192, at most
@@ -23,10 +28,15 @@ type Options struct {
 	// TxFrames is the number of send frames (and the TX and completion
 	// rings' size; a power of two, default 2048, at most 65536).
 	TxFrames int
-	// BusyPoll is the socket's busy-poll time (SO_BUSY_POLL, with
-	// SO_PREFER_BUSY_POLL and SO_BUSY_POLL_BUDGET where the kernel has
-	// them): a blocking wait polls the device's queue this long before it
-	// sleeps. Default 20us; -1 turns it off.
+	// BusyPoll, above 0, turns busy polling on: the sockets get
+	// SO_BUSY_POLL of this time, SO_PREFER_BUSY_POLL and
+	// SO_BUSY_POLL_BUDGET where the kernel takes them, and a read that
+	// finds the rings empty asks the kernel to poll the device's queue in
+	// the reading thread (recvfrom), as does ReadBatch before it sleeps.
+	// For a NIC whose interrupts are deferred (napi_defer_hard_irqs,
+	// gro_flush_timeout) this is what moves frames; on veth, whose queue
+	// the sender's transmit already drives, it only costs a system call
+	// an empty poll. Default 0: off.
 	BusyPoll time.Duration
 }
 
@@ -40,7 +50,6 @@ const (
 const (
 	DefaultFrames   = 8192
 	DefaultTxFrames = 2048
-	DefaultBusyPoll = 20 * time.Microsecond
 	MaxFrames       = 1 << 16
 )
 
@@ -90,11 +99,8 @@ func (o Options) withDefaults() (Options, error) {
 			return o, fmt.Errorf("%w: XDP %s %d: want a power of two in 64..%d (0 for the default)", transport.ErrInvalidConfig, f.name, f.v, MaxFrames)
 		}
 	}
-	switch {
-	case o.BusyPoll == 0:
-		o.BusyPoll = DefaultBusyPoll
-	case o.BusyPoll < -1 || o.BusyPoll > time.Second:
-		return o, fmt.Errorf("%w: XDP BusyPoll %v: want -1 (off), 0 (default %v) or up to 1s", transport.ErrInvalidConfig, o.BusyPoll, DefaultBusyPoll)
+	if o.BusyPoll < 0 || o.BusyPoll > time.Second {
+		return o, fmt.Errorf("%w: XDP BusyPoll %v: want 0 (off) up to 1s", transport.ErrInvalidConfig, o.BusyPoll)
 	}
 	return o, nil
 }

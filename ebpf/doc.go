@@ -24,7 +24,8 @@
 // rings, send frames for the TX and completion rings), the four rings
 // mapped with mmap and driven with the need-wakeup protocol; zero-copy
 // where the driver binds it, else copy mode; busy polling (SO_BUSY_POLL,
-// SO_PREFER_BUSY_POLL) where the kernel takes it. XDP_STATISTICS and the
+// SO_PREFER_BUSY_POLL) on request, where the kernel takes it
+// (Options.BusyPoll). XDP_STATISTICS and the
 // backend's counters appear in transport.Stats.XDP (engine Stats.Socket).
 // Frames are built and parsed here (frame.go): Ethernet to the group's
 // MAC, IPv4 with its header checksum or IPv6, and UDP with its checksum.

@@ -9,8 +9,9 @@ import (
 )
 
 // ReadBatch implements transport.Transport: group datagrams from the RX
-// rings and unicast ones from the unicast socket, blocking on the epoll
-// set of both until one arrives, the deadline passes or Close.
+// rings, unicast ones (and the few group datagrams the program leaves to
+// the stack) from the UDP transport's sockets, blocking on the epoll set
+// of all until one arrives, the deadline passes or Close.
 func (t *XDP) ReadBatch(bufs [][]byte, sizes []int, srcs []netip.AddrPort) (int, error) {
 	if !t.enter() {
 		return 0, transport.ErrClosed
@@ -24,19 +25,30 @@ func (t *XDP) ReadBatch(bufs [][]byte, sizes []int, srcs []netip.AddrPort) (int,
 	}
 	for _, x := range t.socks {
 		if x.busyPoll {
-			x.wakeRx() // one busy poll of the queue before sleeping
+			x.wakeRx() // busy-poll the queue once before sleeping
+			t.readRing(x)
 		}
+	}
+	if t.rd.n > 0 {
+		return t.endRead(nil)
 	}
 	err := t.epraw.Read(t.rd.boundPoll)
 	return t.endRead(err)
 }
 
 // TryReadBatch implements transport.Transport without blocking. The rings
-// are read every call (no system call); the unicast socket every fourth
-// call, or at once when the rings were empty and busy polling is off (a
-// poll loop then pays one recvmmsg per empty poll, as over UDP). With busy
-// polling on, an empty poll instead asks the kernel to poll the device's
-// queue (recvfrom) and reads unicast every fourth call.
+// are read every call, in shared memory, without a system call; the UDP
+// transport's sockets (unicast, which carries only membership and repair
+// requests, and the group socket, which gets what the program leaves to
+// the stack) every socketsEvery calls, and while the rings keep the
+// caller busy at least every socketsInterval: a poll loop pays a recvmmsg
+// or two per 32 empty polls (a few microseconds of spinning), and a
+// datagram that took the stack's way is not held back long enough to
+// look lost.
+// With busy polling
+// (Options.BusyPoll), a poll that finds the rings empty asks the kernel
+// to poll the queues (recvfrom, which runs the device's receive work in
+// this thread if it is pending) and reads the rings again.
 func (t *XDP) TryReadBatch(bufs [][]byte, sizes []int, srcs []netip.AddrPort) (int, error) {
 	if !t.enter() {
 		return 0, transport.ErrClosed
@@ -54,11 +66,19 @@ func (t *XDP) TryReadBatch(bufs [][]byte, sizes []int, srcs []netip.AddrPort) (i
 		}
 		t.readRings()
 	}
-	if r.n < r.max && r.calls%4 == 0 {
-		t.readUnicast()
+	if r.n < r.max && (r.calls%socketsEvery == 0 || (r.n > 0 && time.Since(r.socketsAt) > socketsInterval)) {
+		t.readSockets()
 	}
 	return t.endRead(nil)
 }
+
+// socketsEvery is how often (in calls) TryReadBatch reads the UDP
+// transport's sockets, socketsInterval how long at most while the rings
+// keep it busy.
+const (
+	socketsEvery    = 32
+	socketsInterval = 100 * time.Microsecond
+)
 
 func (t *XDP) startRead(bufs [][]byte, sizes []int, srcs []netip.AddrPort) bool {
 	r := &t.rd
@@ -87,23 +107,25 @@ func (t *XDP) endRead(err error) (int, error) {
 }
 
 // pollRead is ReadBatch's read, also run under the epoll set's
-// RawConn.Read: the rings, then the unicast socket; true ends the wait.
+// RawConn.Read: the rings, then the UDP transport's sockets; true ends
+// the wait.
 func (t *XDP) pollRead(uintptr) bool {
 	t.readRings()
 	if t.rd.n < t.rd.max {
-		t.readUnicast()
+		t.readSockets()
 	}
 	return t.rd.n > 0 || t.rd.err != nil
 }
 
-// readUnicast reads the unicast socket into the free slots.
-func (t *XDP) readUnicast() {
+// readSockets reads the UDP transport's two sockets into the free slots.
+func (t *XDP) readSockets() {
 	r := &t.rd
+	r.socketsAt = time.Now()
 	var srcs []netip.AddrPort
 	if len(r.srcs) > r.n {
 		srcs = r.srcs[r.n:]
 	}
-	n, err := t.uni.TryReadBatch(r.bufs[r.n:r.max], r.sizes[r.n:r.max], srcs)
+	n, err := t.uni.TryReadBoth(r.bufs[r.n:r.max], r.sizes[r.n:r.max], srcs)
 	r.n += n
 	if err != nil && r.err == nil {
 		r.err = err

@@ -54,6 +54,7 @@ func (t *XDP) configure(cfg Config) error {
 		return err
 	}
 	t.cfg, t.ifname, t.group, t.local = cfg, ifi.Name, cfg.Group, local
+	t.frameMax = ifi.MTU + ethLen
 	t.maxLen = ifi.MTU - (hdrLen4 - ethLen)
 	if !cfg.Group.Addr().Is4() {
 		t.maxLen = ifi.MTU - (hdrLen6 - ethLen)
@@ -176,7 +177,7 @@ func Probe(cfg Config) error {
 		return mapError(err)
 	}
 	defer m.Close()
-	p, err := newProgram(t.group, m)
+	p, err := newProgram(t.group, t.frameMax, m)
 	if err != nil {
 		return mapError(err)
 	}

@@ -36,22 +36,29 @@ func le32(b []byte) int32 { return int32(binary.LittleEndian.Uint32(b)) }
 // into the AF_XDP socket of the receive queue they arrived on (the XSKMAP
 // whose descriptor is xsks, keyed by queue) and passes every other frame
 // to the stack untouched: anything that is not an untagged Ethernet frame
-// carrying IPv4 or IPv6 UDP to group's address and port. An IPv4
-// datagram with options is matched too (variable header length); a
-// fragment after the first is passed (it carries no UDP header), the
-// first fragment redirected, for the socket to count and drop. A queue
-// without a socket in the map passes too (bpf_redirect_map's fallback).
+// of at most maxFrame bytes carrying IPv4 or IPv6 UDP to group's address
+// and port. An IPv4 datagram with options is matched too (variable
+// header length). The stack gets what the sockets could not take whole:
+// IPv4 fragments, which it reassembles, and frames longer than the MTU
+// allows, which only a segmentation offload's run forwarded whole makes
+// (a generic hook sees a veth peer's UDP GSO run as one buffer); the
+// backend's group socket receives them. A queue without a socket in the
+// map passes too (bpf_redirect_map's fallback).
 //
 // Written with cilium/ebpf's assembler: the program is some thirty
 // instructions that depend on the group, so building it at run time
 // costs nothing, needs no clang, and leaves no generated object to keep
 // in step with the code.
-func programInstructions(group netip.AddrPort, xsks int) asm.Instructions {
+func programInstructions(group netip.AddrPort, maxFrame int, xsks int) asm.Instructions {
 	port := le16(group.Port())
 	insns := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.LoadMem(asm.R2, asm.R1, mdData, asm.Word),
 		asm.LoadMem(asm.R3, asm.R1, mdDataEnd, asm.Word),
+		// Longer than a frame of this link can be: the stack's.
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.Add.Imm(asm.R4, int32(maxFrame)),
+		asm.JGT.Reg(asm.R3, asm.R4, "pass"),
 	}
 	if g := group.Addr(); g.Is4() {
 		a := g.As4()
@@ -66,9 +73,9 @@ func programInstructions(group netip.AddrPort, xsks int) asm.Instructions {
 			asm.JNE.Imm(asm.R5, protoUDP, "pass"),
 			asm.LoadMem(asm.R5, asm.R2, ethLen+16, asm.Word),
 			asm.JNE.Imm32(asm.R5, le32(a[:]), "pass"),
-			// Fragment offset other than 0: no UDP header to match.
+			// A fragment (more fragments, or an offset): the stack's.
 			asm.LoadMem(asm.R5, asm.R2, ethLen+6, asm.Half),
-			asm.And.Imm(asm.R5, le16(0x1fff)),
+			asm.And.Imm(asm.R5, le16(0x3fff)),
 			asm.JNE.Imm(asm.R5, 0, "pass"),
 			// UDP header after IHL*4 bytes of IPv4 header.
 			asm.LoadMem(asm.R5, asm.R2, ethLen, asm.Byte),
@@ -128,12 +135,13 @@ func newXSKMap(queues int) (*cebpf.Map, error) {
 	return m, nil
 }
 
-// newProgram loads the XDP program for group over the XSKMAP xsks.
-func newProgram(group netip.AddrPort, xsks *cebpf.Map) (*cebpf.Program, error) {
+// newProgram loads the XDP program for group over the XSKMAP xsks, for
+// frames of at most maxFrame bytes.
+func newProgram(group netip.AddrPort, maxFrame int, xsks *cebpf.Map) (*cebpf.Program, error) {
 	p, err := cebpf.NewProgram(&cebpf.ProgramSpec{
 		Name:         "nakcast_xdp",
 		Type:         cebpf.XDP,
-		Instructions: programInstructions(group, xsks.FD()),
+		Instructions: programInstructions(group, maxFrame, xsks.FD()),
 		License:      "Dual MIT/GPL",
 	})
 	if err != nil {

@@ -32,14 +32,17 @@ import (
 // UMEM frame and puts it on the first socket's TX ring; one sendto sends
 // the batch.
 //
-// Unicast stays on an ordinary UDP socket (a transport.UDP without a group
-// socket): the backend sends no frame to a unicast address, so it needs no
-// neighbour resolution and the XDP program matches one destination only;
-// unicast carries only membership and repair requests. The unicast
-// socket's address and port are the source of the group frames too, so a
-// receiver answers a group datagram by unicast as it does over UDP. The
-// group membership (IGMP, MLD) is held by one more ordinary socket that
-// joins and never reads, so switches keep forwarding the group here.
+// Unicast stays on ordinary sockets: a UDP transport (transport.UDP)
+// sends and receives it, so the backend sends no frame to a unicast
+// address and needs no neighbour resolution, and the XDP program matches
+// one destination only; unicast carries only membership and repair
+// requests. The unicast socket's address and port are the source of the
+// group frames too, so a receiver answers a group datagram by unicast as
+// it does over UDP. The UDP transport's group socket holds the group
+// membership (IGMP, MLD), so switches keep forwarding the group here, and
+// receives what the XDP program leaves to the stack (IPv4 fragments, a
+// segmentation offload's run forwarded whole); it is read with the
+// unicast socket.
 //
 // Limits: a frame sent here is not looped back to this host (members on
 // one host need network namespaces of their own, or the UDP backend); one
@@ -49,22 +52,22 @@ import (
 // detaches it, and so does the kernel when the process dies, however it
 // dies.
 type XDP struct {
-	cfg    Config
-	ifname string
-	group  netip.AddrPort
-	local  netip.AddrPort
-	info   transport.Info
-	mode   string
-	maxLen int // largest datagram payload
-	zone   string
+	cfg      Config
+	ifname   string
+	group    netip.AddrPort
+	local    netip.AddrPort
+	info     transport.Info
+	mode     string
+	maxLen   int // largest datagram payload
+	frameMax int // largest frame: the MTU and the Ethernet header
+	zone     string
 
 	uni    *transport.UDP
-	joinFD int
 	xsks   *cebpf.Map
 	prog   *cebpf.Program
 	lnk    link.Link
 	socks  []*xsk
-	ep     *os.File // epoll set of the AF_XDP sockets and the unicast socket
+	ep     *os.File // epoll set of the AF_XDP sockets and uni's epoll set
 	epraw  syscall.RawConn
 	tmpl   frameTemplate
 	filter atomic.Pointer[bpf.VM]
@@ -92,6 +95,7 @@ type xdpReader struct {
 	max, n    int
 	next      int // the socket read first
 	calls     uint
+	socketsAt time.Time // the last read of the UDP transport's sockets
 	err       error
 	boundPoll func(uintptr) bool
 }
@@ -112,7 +116,7 @@ var (
 // An error wrapping ErrUnavailable names what this host lacks; errors
 // from validation wrap transport.ErrInvalidConfig.
 func Open(cfg Config) (*XDP, error) {
-	t := &XDP{joinFD: -1}
+	t := &XDP{}
 	if err := t.configure(cfg); err != nil {
 		return nil, err
 	}
@@ -148,11 +152,8 @@ func (t *XDP) open() error {
 			return fmt.Errorf("ebpf: XSKMAP entry for queue %d: %w", q, err)
 		}
 	}
-	if err := t.openUnicast(); err != nil {
+	if err := t.openSockets(); err != nil {
 		return err
-	}
-	if t.joinFD, err = joinGroup(t.group.Addr(), ifi.Index); err != nil {
-		return fmt.Errorf("ebpf: join %v on %s: %w", t.group.Addr(), t.ifname, err)
 	}
 	tmpl, err := newFrameTemplate(ifi.HardwareAddr, t.local, t.group, t.cfg.TTL)
 	if err != nil {
@@ -160,22 +161,22 @@ func (t *XDP) open() error {
 	}
 	t.tmpl = tmpl
 	if len(t.cfg.GroupFilter) > 0 {
-		if err := t.SetGroupFilter(t.cfg.GroupFilter); err != nil {
+		if err := t.setRingFilter(t.cfg.GroupFilter); err != nil {
 			return err
 		}
 	}
 	return t.openEpoll()
 }
 
-// attach loads the program and attaches it: native first unless the
-// mode says generic, generic when the driver has no native hook and the
-// mode allows.
+// attach loads the program and attaches it where Options.Mode says, or,
+// by default, natively where the driver has a hook and generically where
+// it has none.
 func (t *XDP) attach(ifindex, queues int) error {
 	var err error
 	if t.xsks, err = newXSKMap(queues); err != nil {
 		return mapError(err)
 	}
-	if t.prog, err = newProgram(t.group, t.xsks); err != nil {
+	if t.prog, err = newProgram(t.group, t.frameMax, t.xsks); err != nil {
 		return mapError(err)
 	}
 	modes := []string{ModeNative, ModeGeneric}
@@ -215,12 +216,14 @@ func mapError(err error) error {
 	return unavailable("%v", err)
 }
 
-// openUnicast opens the unicast socket (a UDP transport without a group
-// socket) on the unicast address.
-func (t *XDP) openUnicast() error {
+// openSockets opens the UDP transport beside the AF_XDP sockets: its
+// unicast socket on the unicast address, its group socket (with the group
+// filter) joined to the group. The group socket does not ask for UDP GRO:
+// with it, a receive offload ahead of a generic XDP hook would merge the
+// group's datagrams into runs the program takes for one.
+func (t *XDP) openSockets() error {
 	c := t.cfg.Config
-	c.Unicast = t.local
-	c.SendOnly, c.GroupFilter, c.GRO = true, nil, false
+	c.Unicast, c.SendOnly, c.GRO = t.local, false, false
 	uni, err := transport.Open(c)
 	if err != nil {
 		return err
@@ -228,7 +231,6 @@ func (t *XDP) openUnicast() error {
 	t.uni = uni
 	t.local = uni.LocalAddr()
 	t.info = uni.Info()
-	t.info.Group = t.group
 	t.info.MulticastLoop = false
 	return nil
 }
@@ -255,7 +257,7 @@ func (t *XDP) openEpoll() error {
 		}
 	}
 	var cerr error
-	if err := t.uni.UnicastConn().Control(func(fd uintptr) { cerr = add(int(fd)) }); err != nil {
+	if err := t.uni.PollConn().Control(func(fd uintptr) { cerr = add(int(fd)) }); err != nil {
 		return err
 	}
 	if cerr != nil {
@@ -266,30 +268,6 @@ func (t *XDP) openEpoll() error {
 	}
 	t.epraw, err = t.ep.SyscallConn()
 	return err
-}
-
-// joinGroup returns a socket that joins group on interface ifindex and
-// does nothing else: it is bound to no port, so it receives nothing, but
-// its membership makes the host report the group (IGMP, MLD).
-func joinGroup(group netip.Addr, ifindex int) (int, error) {
-	family := unix.AF_INET
-	if group.Is6() {
-		family = unix.AF_INET6
-	}
-	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDP)
-	if err != nil {
-		return -1, os.NewSyscallError("socket", err)
-	}
-	if group.Is4() {
-		err = unix.SetsockoptIPMreqn(fd, unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP, &unix.IPMreqn{Multiaddr: group.As4(), Ifindex: int32(ifindex)})
-	} else {
-		err = unix.SetsockoptIPv6Mreq(fd, unix.IPPROTO_IPV6, unix.IPV6_JOIN_GROUP, &unix.IPv6Mreq{Multiaddr: group.As16(), Interface: uint32(ifindex)})
-	}
-	if err != nil {
-		unix.Close(fd)
-		return -1, os.NewSyscallError("setsockopt join", err)
-	}
-	return fd, nil
 }
 
 // enter marks a call that uses the rings; it fails once Close began.
@@ -332,13 +310,23 @@ func (t *XDP) Mode() string { return t.mode }
 // SetGroupFilter implements transport.GroupFilterSetter: prog, a classic
 // BPF program over the UDP datagram (offsets from the UDP header, as
 // SO_ATTACH_FILTER sees it on the UDP backend's group socket), runs on
-// every group datagram read; one it returns 0 for is dropped and counted
-// (Stats XDP.Filtered), a smaller length truncates it. An empty prog
+// every group datagram read from the rings; one it returns 0 for is
+// dropped and counted (Stats XDP.Filtered), a smaller length truncates
+// it. The group socket gets it as its kernel filter. An empty prog
 // removes the filter. It allocates: call it at human rates.
 func (t *XDP) SetGroupFilter(prog []bpf.RawInstruction) error {
 	if t.closed.Load() {
 		return transport.ErrClosed
 	}
+	if err := t.uni.SetGroupFilter(prog); err != nil {
+		return err
+	}
+	return t.setRingFilter(prog)
+}
+
+// setRingFilter makes prog the filter of the datagrams read from the
+// rings (nil when prog is empty).
+func (t *XDP) setRingFilter(prog []bpf.RawInstruction) error {
 	if len(prog) == 0 {
 		t.filter.Store(nil)
 		return nil
@@ -391,10 +379,6 @@ func (t *XDP) closeAll() error {
 	}
 	if t.prog != nil {
 		errs = append(errs, t.prog.Close())
-	}
-	if t.joinFD >= 0 {
-		unix.Close(t.joinFD)
-		t.joinFD = -1
 	}
 	if t.uni != nil {
 		if err := t.uni.Close(); !errors.Is(err, transport.ErrClosed) {

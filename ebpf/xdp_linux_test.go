@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/bpf"
+	"golang.org/x/net/ipv4"
 
 	"github.com/nakcast/nakcast/bench"
 	"github.com/nakcast/nakcast/ebpf"
@@ -25,14 +27,20 @@ var (
 	group6 = netip.MustParseAddrPort("[ff12::18:1]:45618")
 )
 
-// TestXDPExchange: an AF_XDP member and a UDP member exchange group and
-// unicast datagrams both ways, IPv4 and IPv6: every datagram arrives
-// once, in order, with the sender's unicast address as its source.
+// TestXDPExchange: an AF_XDP member (native and generic XDP) and a UDP
+// member (with its segmentation offload: its runs reach a generic hook
+// whole, for the stack to cut) exchange group and unicast datagrams both
+// ways, IPv4 and IPv6: every datagram arrives once, in order, with the
+// sender's unicast address as its source.
 func TestXDPExchange(t *testing.T) {
-	for _, group := range []netip.AddrPort{group4, group6} {
-		t.Run(map[bool]string{true: "IPv4", false: "IPv6"}[group.Addr().Is4()], func(t *testing.T) {
+	for _, tc := range []struct {
+		mode  string
+		group netip.AddrPort
+	}{{ebpf.ModeNative, group4}, {ebpf.ModeNative, group6}, {ebpf.ModeGeneric, group4}, {ebpf.ModeGeneric, group6}} {
+		group := tc.group
+		t.Run(tc.mode+map[bool]string{true: "/IPv4", false: "/IPv6"}[group.Addr().Is4()], func(t *testing.T) {
 			ns := newXDPNetns(t, 2)
-			x := ns.openXDP(0, group, ebpf.Options{})
+			x := ns.openXDP(0, group, ebpf.Options{Mode: tc.mode})
 			u := ns.openUDP(1, group)
 			st := x.Stats().XDP
 			t.Logf("AF_XDP: mode %s, zero-copy %v, busy poll %v, %d socket(s)", st.Mode, st.ZeroCopy, st.BusyPoll, st.Sockets)
@@ -94,14 +102,15 @@ func TestXDPPassesOtherTraffic(t *testing.T) {
 	require.Zero(t, st.Malformed+st.Foreign, "the program redirected only the group's frames: %+v", st)
 }
 
-// TestXDPBothEnds: AF_XDP members only, one sending to two others, in
-// rounds (each round read before the next is sent, so no receiver is ever
-// more than a round behind): every datagram arrives once, in order, at
-// each; the kernel counts no drop.
+// TestXDPBothEnds: AF_XDP members only, one sending to two others (one of
+// them busy polling), in rounds (each round read before the next is sent,
+// so no receiver is ever more than a round behind): every datagram
+// arrives once, in order, at each; the kernel counts no drop.
 func TestXDPBothEnds(t *testing.T) {
 	ns := newXDPNetns(t, 3)
 	tx := ns.openXDP(0, group4, ebpf.Options{})
-	rxs := []*ebpf.XDP{ns.openXDP(1, group4, ebpf.Options{}), ns.openXDP(2, group4, ebpf.Options{})}
+	rxs := []*ebpf.XDP{ns.openXDP(1, group4, ebpf.Options{}), ns.openXDP(2, group4, ebpf.Options{BusyPoll: 20 * time.Microsecond})}
+	require.True(t, rxs[1].Stats().XDP.BusyPoll, "the kernel takes SO_BUSY_POLL as root")
 	const rounds, per = 10, 1000
 	for r := range rounds {
 		want := payloads(fmt.Sprintf("round %d", r), per, 1472)
@@ -147,9 +156,10 @@ func TestXDPGroupFilter(t *testing.T) {
 }
 
 // TestXDPMalformedCounted: frames to the group's address and port that
-// are not well-formed datagrams (a bad IPv4 header checksum, a first
-// fragment, a UDP length beyond the frame), sent raw from another
-// namespace, are counted and dropped; good ones around them arrive.
+// are not well-formed datagrams (a bad IPv4 header checksum, a UDP length
+// beyond the frame), sent raw from another namespace, are counted and
+// dropped; good ones around them arrive, and a lone first fragment goes
+// to the stack (which waits in vain for the rest).
 func TestXDPMalformedCounted(t *testing.T) {
 	ns := newXDPNetns(t, 2)
 	x := ns.openXDP(0, group4, ebpf.Options{})
@@ -172,7 +182,55 @@ func TestXDPMalformedCounted(t *testing.T) {
 	ns.in(1, func() error { return sendRaw(frames) })
 	got, _ := readN(t, x, 2, 10*time.Second)
 	require.Equal(t, []string{"good", "good"}, got)
-	require.Equal(t, uint64(3), x.Stats().XDP.Malformed)
+	require.Equal(t, uint64(2), x.Stats().XDP.Malformed)
+}
+
+// TestXDPFragmentsThroughTheStack: a datagram larger than the MTU, which
+// the sender's stack fragments, goes past the XDP program to the stack,
+// which reassembles it for the group socket: it arrives whole, between
+// the small datagrams around it, in order.
+func TestXDPFragmentsThroughTheStack(t *testing.T) {
+	ns := newXDPNetns(t, 2)
+	x := ns.openXDP(0, group4, ebpf.Options{})
+	big := payloads("fragmented", 1, 3000)[0]
+	var from netip.AddrPort
+	ns.in(1, func() error {
+		// A plain socket: the UDP transport refuses a datagram above the
+		// MTU (it sends with path MTU discovery on).
+		c, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ns.Addrs[1], 0)))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		from = c.LocalAddr().(*net.UDPAddr).AddrPort()
+		p := ipv4.NewPacketConn(c)
+		ifi, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return err
+		}
+		if err := p.SetMulticastInterface(ifi); err != nil {
+			return err
+		}
+		for _, b := range [][]byte{[]byte("before"), big, []byte("after")} {
+			if _, err := c.WriteToUDPAddrPort(b, group4); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	bufs, sizes, srcs := [][]byte{make([]byte, 4096)}, []int{0}, []netip.AddrPort{{}}
+	var got []string
+	require.NoError(t, x.SetReadDeadline(time.Now().Add(10*time.Second)))
+	for len(got) < 3 {
+		n, err := x.ReadBatch(bufs, sizes, srcs)
+		require.NoError(t, err, "after %v", got)
+		if n == 1 {
+			got = append(got, string(bufs[0][:sizes[0]]))
+			require.Equal(t, from, srcs[0])
+		}
+	}
+	require.ElementsMatch(t, []string{"before", string(big), "after"}, got)
+	require.Zero(t, x.Stats().XDP.Malformed)
 }
 
 // TestXDPDeadlineAndClose: a read deadline ends a blocked ReadBatch with

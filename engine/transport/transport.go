@@ -2,7 +2,7 @@
 // receiver agents sit on: the Transport interface (batch-shaped, like
 // wireguard-go's conn.Bind) and its UDP multicast backend, which uses
 // recvmmsg/sendmmsg on Linux with preallocated headers so that steady-state
-// calls allocate nothing. A future AF_XDP backend (ebpf/) implements the same
+// calls allocate nothing. The AF_XDP backend (ebpf/) implements the same
 // interface.
 //
 // The package moves datagrams and enforces network safety (which groups,

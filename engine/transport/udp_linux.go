@@ -549,6 +549,21 @@ func (u *UDP) TryReadBatch(bufs [][]byte, sizes []int, srcs []netip.AddrPort) (i
 	return u.endRead(nil)
 }
 
+// TryReadBoth is TryReadBatch that looks at both sockets every call (the
+// group socket first, the unicast socket when the group socket had
+// nothing; the other way round every fourth call): for a backend that
+// reads them only now and then beside sockets of its own (ebpf/).
+func (u *UDP) TryReadBoth(bufs [][]byte, sizes []int, srcs []netip.AddrPort) (int, error) {
+	if u.closed.Load() {
+		return 0, ErrClosed
+	}
+	if !u.startRead(bufs, sizes, srcs) {
+		return 0, nil
+	}
+	u.readBoth()
+	return u.endRead(nil)
+}
+
 // startRead records the call's arguments and points the headers at the
 // buffers. It reports false when there is no slot to fill.
 func (u *UDP) startRead(bufs [][]byte, sizes []int, srcs []netip.AddrPort) bool {
@@ -1073,9 +1088,10 @@ func (u *UDP) Group() netip.AddrPort { return u.group }
 // BatchSize implements Transport.
 func (u *UDP) BatchSize() int { return u.cfg.BatchSize }
 
-// UnicastConn is the unicast socket, for a backend that waits on it beside
-// sockets of its own (ebpf/ adds it to its epoll set).
-func (u *UDP) UnicastConn() syscall.RawConn { return u.uraw }
+// PollConn is the epoll set of the transport's sockets, readable while
+// one of them is: for a backend that waits on them beside sockets of its
+// own (ebpf/ nests it in its epoll set).
+func (u *UDP) PollConn() syscall.RawConn { return u.epraw }
 
 // Info describes the open sockets, with the buffer sizes read back.
 func (u *UDP) Info() Info { return u.info }
