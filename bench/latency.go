@@ -58,15 +58,17 @@ func (p *pingHandler) Lost(digest.Member, uint64, uint64) {}
 // pongHandler answers every message of its peer with TrySend from the
 // delivery callback (which never blocks).
 type pongHandler struct {
-	peer digest.Member
-	m    atomic.Pointer[engine.Member]
-	buf  []byte
+	peer     digest.Member
+	m        atomic.Pointer[engine.Member]
+	buf      []byte
+	answered atomic.Uint64
 }
 
 func (p *pongHandler) Deliver(s digest.Member, _ uint64, _ []byte) {
 	if s == p.peer {
 		for p.m.Load().TrySend(p.buf) != nil {
 		}
+		p.answered.Add(1)
 	}
 }
 func (p *pongHandler) Lost(digest.Member, uint64, uint64) {}
@@ -132,13 +134,20 @@ func RunEnginePingPong(ctx context.Context, cfg EnginePingPongConfig) (PingPongL
 		}
 	}
 	defer DriveInvoked(ms[1], cfg.Idle)() // the answering side's loop
-	ping := make([]byte, cfg.MsgSize)
+	return pingLoop(ctx, ms[0], pi, cfg.MsgSize, cfg.Warmup, cfg.Count, cfg.Timeout, idle)
+}
+
+// pingLoop is the pinging side of a ping-pong: warmup+count times, it
+// sends a ping of msgSize bytes through m and waits (running idle between
+// looks) until pi has the pong, timing the round trips after the warmup.
+func pingLoop(ctx context.Context, m *engine.Member, pi *pingHandler, msgSize, warmup, count int, timeout time.Duration, idle func()) (PingPongLatency, error) {
+	ping := make([]byte, msgSize)
 	h := NewHistogram()
-	deadline := time.Now().Add(cfg.Timeout)
-	for i := 1; i <= cfg.Warmup+cfg.Count; i++ {
+	deadline := time.Now().Add(timeout)
+	for i := 1; i <= warmup+count; i++ {
 		t0 := Nanotime()
 		for {
-			err := ms[0].TrySend(ping)
+			err := m.TrySend(ping)
 			if err == nil {
 				break
 			}
@@ -153,10 +162,10 @@ func RunEnginePingPong(ctx context.Context, cfg EnginePingPongConfig) (PingPongL
 				if ctx.Err() != nil {
 					return PingPongLatency{Count: h.TotalCount(), RTT: Summarize(h, true)}, ctx.Err()
 				}
-				return PingPongLatency{}, fmt.Errorf("bench: ping %d: no pong within %v", i, cfg.Timeout)
+				return PingPongLatency{}, fmt.Errorf("bench: ping %d: no pong within %v", i, timeout)
 			}
 		}
-		if i > cfg.Warmup {
+		if i > warmup {
 			_ = h.RecordValue(Nanotime() - t0)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/cespare/xxhash/v2"
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/ebpf"
 	"github.com/nakcast/nakcast/engine"
 )
 
@@ -67,6 +68,10 @@ type MemberConfig struct {
 	// NoGSO turns the engine's UDP segmentation offload off
 	// (engine.Config.NoGSO).
 	NoGSO bool
+	// XDPMode is where the AF_XDP backend's program attaches
+	// (engine.Config.XDP.Mode: "", "native" or "generic"), with Transport
+	// "xdp" or "auto".
+	XDPMode string
 	// Keys, Encrypt and Insecure go to engine.Config: authenticated (and
 	// encrypted) datagrams, or open mode chosen off loopback. KeyFile is
 	// the key file Keys were read from (auth.ParseKeys): MemberArgs passes
@@ -219,6 +224,7 @@ func (c MemberConfig) engineConfig(h engine.Handler) engine.Config {
 		Window: c.Window, RecvBuffer: c.RecvBuffer, BatchSize: c.BatchSize,
 		Idle: c.Idle, Threading: c.Threading, LossRate: c.LossRate, LossSeed: c.RunID ^ uint64(c.Index),
 		DiscardOwn: c.DiscardOwn, ExclusiveSender: c.ExclusiveSender, NoGSO: c.NoGSO, Logger: c.Logger, Handler: h,
+		XDP:  ebpf.Options{Mode: c.XDPMode},
 		Keys: c.Keys, Encrypt: c.Encrypt, Insecure: c.Insecure,
 	}
 }
@@ -360,6 +366,14 @@ type MemberResult struct {
 	NetDrops *NetDrops `json:"net_drops,omitempty"`
 	// Stats are the engine's counters at the end.
 	Stats engine.Stats `json:"stats"`
+	// CPUNs is the CPU time (user and system) this member's process used
+	// from the start of sending to the last delivery, and DatagramsIn the
+	// datagrams its engine read in that span: CPUNs/DatagramsIn is the
+	// receiver's CPU per datagram. System time includes the kernel's
+	// network work run in this process's context (a sender's transmit
+	// path through the veth pair and bridge, receivers' softirqs there).
+	CPUNs       int64  `json:"cpu_ns"`
+	DatagramsIn uint64 `json:"datagrams_in"`
 	// Timeline samples, every TimelineInterval from the start of sending,
 	// how many messages of the other senders this member had delivered
 	// (for throughput over time); at most MaxTimeline samples.
@@ -566,6 +580,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 	}
 	runCtx, cancelRun := context.WithTimeout(context.Background(), cfg.Timeout)
 	defer cancelRun()
+	cpu0, in0 := ProcessCPU(), m.Stats().DatagramsIn
 
 	var sendErr error
 	sendDone := make(chan struct{})
@@ -631,6 +646,7 @@ wait:
 		}
 	}
 	sample()
+	res.CPUNs, res.DatagramsIn = int64(ProcessCPU()-cpu0), m.Stats().DatagramsIn-in0
 	<-sendDone
 	if stopDriving != nil {
 		stopDriving() // Close runs the agent itself

@@ -309,7 +309,7 @@ func TestMemberArgsRoundTrip(t *testing.T) {
 		Interface: "lo", Unicast: netip.MustParseAddrPort("127.0.0.1:4568"), TTL: 0, MsgSize: 300, Count: 1234,
 		Duration: 3 * time.Second, LossRate: 0.05, Idle: engine.IdleSpin, Threading: engine.ThreadingInvoked,
 		Transport: engine.TransportUDP, MaxDatagram: 8000, BundleBytes: 4000, SampleEvery: 16, SendBatch: 32,
-		Timeout: 9 * time.Second, DiscardOwn: true, ExclusiveSender: true, NoGSO: true, NoLoopback: true}
+		Timeout: 9 * time.Second, DiscardOwn: true, ExclusiveSender: true, NoGSO: true, NoLoopback: true, XDPMode: "generic"}
 	got, out, wait, err := parseMemberArgs(MemberArgs(want, "result.json", true), io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, want, got)

@@ -70,6 +70,9 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 	if cfg.NoGSO {
 		a = append(a, "-no-gso")
 	}
+	if cfg.XDPMode != "" {
+		a = append(a, "-xdp-mode", cfg.XDPMode)
+	}
 	a = appendAuthArgs(a, cfg.KeyFile, cfg.Encrypt, cfg.Insecure)
 	return appendProcessArgs(a, cfg.Interface, cfg.Unicast, cfg.TTL, cfg.Timeout, waitStart)
 }
@@ -128,6 +131,7 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 	discardOwn := fs.Bool("discard-own", false, "a sender does not deliver its own messages (engine.Config.DiscardOwn); it records what it sent instead")
 	exclusive := fs.Bool("exclusive-sender", false, "one goroutine sends (engine.Config.ExclusiveSender): the publication ring claims without a compare-and-swap")
 	noGSO := fs.Bool("no-gso", false, "UDP segmentation offload off (engine.Config.NoGSO)")
+	xdpMode := fs.String("xdp-mode", "", "with -transport xdp: where the XDP program attaches, native or generic (default: native where the driver can)")
 	noLoop := fs.Bool("no-loopback", false, "multicast loopback off (engine.Config.NoLoopback): only for a member alone in its host or namespace")
 	keyFile := fs.String("key-file", "", "group key file (lines \"ID HEX\", current key first; engine.Config.Keys): authenticated datagrams")
 	encrypt := fs.Bool("encrypt", false, "with -key-file, also encrypt datagram bodies (engine.Config.Encrypt)")
@@ -152,7 +156,7 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 	cfg = MemberConfig{RunID: *runID, Index: *index, Members: *members, Interface: *iface, TTL: *ttl, MsgSize: *size,
 		Count: *count, Duration: *duration, Rate: *rate, LossRate: *loss, Transport: *transport, MaxDatagram: *datagram, BundleBytes: *bundle,
 		SampleEvery: *sample, Timeout: *timeout, NoLoopback: *noLoop, SendBatch: *batch,
-		DiscardOwn: *discardOwn, ExclusiveSender: *exclusive, NoGSO: *noGSO}
+		DiscardOwn: *discardOwn, ExclusiveSender: *exclusive, NoGSO: *noGSO, XDPMode: *xdpMode}
 	if cfg.Senders, err = parseInts(*senders); err != nil {
 		return bad("-senders %q: %v", *senders, err)
 	}

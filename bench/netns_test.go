@@ -22,6 +22,20 @@ const memberEnv = "NAKCAST_BENCH_MEMBER_PROCESS"
 const rawMemberEnv = "NAKCAST_BENCH_RAW_MEMBER_PROCESS"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(memberEnv) == "1" && len(os.Args) > 1 && os.Args[1] == "raw-member" {
+		if err := RawMemberMain(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "raw member:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if os.Getenv(memberEnv) == "1" && len(os.Args) > 1 && os.Args[1] == "pingpong-member" {
+		if err := PingPongMemberMain(context.Background(), os.Args[2:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "ping-pong member:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv(memberEnv) == "1" {
 		if err := MemberMain(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, "member:", err)
@@ -197,4 +211,42 @@ func TestNetnsRawBetweenTheSameNamespaces(t *testing.T) {
 	require.NoError(t, ns.Close())
 	require.Empty(t, ourNamespaces(t))
 	require.Equal(t, before, rootLinks(t))
+}
+
+// TestNetnsCompareTransportsXDP: a short comparison of the AF_XDP and UDP
+// backends between namespaces (mcastbench netns -transport xdp,udp): both
+// verified, every figure measured, the AF_XDP members on XDP.
+func TestNetnsCompareTransportsXDP(t *testing.T) {
+	needNetns(t)
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns, err := SetupNetns(ctx, 2, 1500)
+	require.NoError(t, err)
+	defer ns.Close()
+	figs, err := CompareTransports(ctx, TransportCompareConfig{
+		Transports: []string{engine.TransportXDP, engine.TransportUDP},
+		Member:     MemberConfig{Members: 2, MsgSize: 64, Count: 20000, NoGSO: true, Timeout: time.Minute},
+		Repeat:     1, PingCount: 200, Netns: ns,
+		Exe: []string{exe}, PingExe: []string{exe, "pingpong-member"}, RawExe: []string{exe, "raw-member"},
+		Env: []string{memberEnv + "=1"},
+	})
+	require.NoError(t, err)
+	var b strings.Builder
+	require.NoError(t, WriteTransportTable(&b, figs))
+	t.Logf("\n%s", b.String())
+	require.Len(t, figs, 2)
+	require.NotEmpty(t, figs[0].Mode, "the AF_XDP members ran AF_XDP")
+	require.Empty(t, figs[1].Mode)
+	for _, f := range figs {
+		m := f.Median
+		require.True(t, m.Verified, "%s: %s", f.Transport, m.Note)
+		require.Positive(t, m.MsgsPerSec, f.Transport)
+		require.Positive(t, m.RecvCPUNs, f.Transport)
+		require.Positive(t, m.PingP50Ns, f.Transport)
+		require.Positive(t, m.RawMsgsPerSec, f.Transport)
+		require.Positive(t, m.RawRecvCPUNs, f.Transport)
+	}
+	require.Contains(t, b.String(), "xdp vs udp: msgs/s")
 }

@@ -81,6 +81,10 @@ type RawConfig struct {
 	// Default: the same segmentation offloads as the engine (GSO, and GRO
 	// for datagrams up to 16 KB), so that both run on the same path.
 	NoGSO bool
+	// Transport is the backend of the multi-process bundler
+	// (RunRawMember): "udp" (default) or "xdp", the AF_XDP backend (an
+	// Ethernet interface, TTL 1 or more, root).
+	Transport string
 }
 
 // RawResult is what RunRaw measured. Receiver figures are the worst
@@ -114,6 +118,9 @@ type RawResult struct {
 	// RecvBuffer is the receivers' SO_RCVBUF as the kernel reports it
 	// (twice the size set, on Linux).
 	RecvBuffer int
+	// RecvCPUNs is the receivers' process CPU per datagram they read
+	// (multi-process runs; 0 otherwise).
+	RecvCPUNs float64
 }
 
 func (c RawConfig) withDefaults() (RawConfig, error) {
@@ -172,7 +179,7 @@ func (c RawConfig) withDefaults() (RawConfig, error) {
 // rawReceiver is one receiving member's state; the counters are atomics so
 // the run's coordinator can watch them.
 type rawReceiver struct {
-	t         *transport.UDP
+	t         transport.Transport
 	msgs      atomic.Int64
 	bytes     atomic.Int64
 	datagrams atomic.Int64
@@ -202,12 +209,13 @@ func RunRaw(ctx context.Context, cfg RawConfig) (RawResult, error) {
 		}
 	}()
 	group := cfg.Group
+	recvBuf := 0
 	for i := range recvs {
 		t, err := transport.Open(cfg.transportConfig(group, false))
 		if err != nil {
 			return RawResult{}, fmt.Errorf("bench: receiver %d: %w", i, err)
 		}
-		group = t.Group()
+		group, recvBuf = t.Group(), t.Info().GroupRecvBuffer
 		recvs[i] = &rawReceiver{t: t}
 	}
 	snd, err := transport.Open(cfg.transportConfig(group, true))
@@ -263,7 +271,7 @@ func RunRaw(ctx context.Context, cfg RawConfig) (RawResult, error) {
 		MsgsPerDatagram: msgsPerDatagram(cfg.DatagramSize, cfg.MsgSize),
 		SendElapsed:     sendElapsed,
 		Msgs:            -1,
-		RecvBuffer:      recvs[0].t.Info().GroupRecvBuffer,
+		RecvBuffer:      recvBuf,
 	}
 	if sendElapsed > 0 {
 		res.SendMsgsPerSec = float64(sent.msgs) / sendElapsed.Seconds()

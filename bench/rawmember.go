@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nakcast/nakcast/ebpf"
+	"github.com/nakcast/nakcast/engine"
 	"github.com/nakcast/nakcast/engine/transport"
 )
 
@@ -62,6 +64,9 @@ type RawMemberResult struct {
 	LastNs     int64  `json:"last_ns"`
 	Checksum   uint64 `json:"checksum"`
 	RecvBuffer int    `json:"recv_buffer"`
+	// CPUNs is the receiver process's CPU time (user and system) over
+	// its receiving.
+	CPUNs int64 `json:"cpu_ns"`
 	// Interrupted says the run was cancelled; Error is the first error.
 	Interrupted bool   `json:"interrupted,omitempty"`
 	Error       string `json:"error,omitempty"`
@@ -93,12 +98,12 @@ func RunRawMember(ctx context.Context, cfg RawMemberConfig) (RawMemberResult, er
 	if cfg.Send {
 		res.Role = "send"
 	}
-	t, err := transport.Open(rc.transportConfig(rc.Group, cfg.Send))
+	t, info, err := rc.openTransport(cfg.Send)
 	if err != nil {
 		return RawMemberResult{}, fmt.Errorf("bench: raw member %d: %w", cfg.Index, err)
 	}
 	defer t.Close()
-	res.RecvBuffer = t.Info().GroupRecvBuffer
+	res.RecvBuffer = info.GroupRecvBuffer
 	if cfg.Ready != nil {
 		cfg.Ready()
 	}
@@ -121,6 +126,7 @@ func RunRawMember(ctx context.Context, cfg RawMemberConfig) (RawMemberResult, er
 		return res, err
 	}
 
+	cpu0 := ProcessCPU()
 	r := &rawReceiver{t: t}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -150,6 +156,7 @@ func RunRawMember(ctx context.Context, cfg RawMemberConfig) (RawMemberResult, er
 	}
 	_ = t.Close()
 	wg.Wait()
+	res.CPUNs = int64(ProcessCPU() - cpu0)
 	res.Msgs, res.Bytes, res.Datagrams = r.msgs.Load(), r.bytes.Load(), r.datagrams.Load()
 	res.Malformed, res.LastNs, res.Checksum = r.malformed.Load(), r.last.Load(), r.checksum
 	switch {
@@ -162,6 +169,24 @@ func RunRawMember(ctx context.Context, cfg RawMemberConfig) (RawMemberResult, er
 		res.Error = err.Error()
 	}
 	return res, err
+}
+
+// openTransport opens a raw member's backend (Transport): a receiver's
+// or, send true, the sender's.
+func (c RawConfig) openTransport(send bool) (transport.Transport, transport.Info, error) {
+	tc := c.transportConfig(c.Group, send)
+	if c.Transport == engine.TransportXDP {
+		x, err := ebpf.Open(ebpf.Config{Config: tc})
+		if err != nil {
+			return nil, transport.Info{}, err
+		}
+		return x, x.Info(), nil
+	}
+	u, err := transport.Open(tc)
+	if err != nil {
+		return nil, transport.Info{}, err
+	}
+	return u, u.Info(), nil
 }
 
 // CombineRaw turns the results of one multi-process raw run (one sender,
@@ -180,6 +205,7 @@ func CombineRaw(rs []RawMemberResult) (RawResult, error) {
 	}
 	res := RawResult{SentMsgs: snd.SentMsgs, SentDatagrams: snd.SentDatagrams, SendElapsed: time.Duration(snd.SendNs),
 		MsgsPerDatagram: msgsPerDatagram(snd.DatagramSize, snd.MsgSize), Msgs: -1}
+	var cpu, datagrams int64
 	if snd.SendNs > 0 {
 		res.SendMsgsPerSec = float64(snd.SentMsgs) / (float64(snd.SendNs) / 1e9)
 	}
@@ -208,6 +234,11 @@ func CombineRaw(rs []RawMemberResult) (RawResult, error) {
 		res.Malformed += r.Malformed
 		res.Checksum += r.Checksum
 		res.RecvBuffer = r.RecvBuffer
+		cpu += r.CPUNs
+		datagrams += r.Datagrams
+	}
+	if datagrams > 0 {
+		res.RecvCPUNs = float64(cpu) / float64(datagrams)
 	}
 	if res.Msgs < 0 {
 		return RawResult{}, errors.New("bench: raw run: no receiver result")
@@ -241,6 +272,9 @@ func RawMemberArgs(cfg RawMemberConfig, out string, waitStart bool) []string {
 	if r.NoGSO {
 		a = append(a, "-no-gso")
 	}
+	if r.Transport != "" {
+		a = append(a, "-transport", r.Transport)
+	}
 	return appendProcessArgs(a, r.Interface, r.Unicast, r.TTL, cfg.Timeout, waitStart)
 }
 
@@ -268,6 +302,7 @@ func RawMemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	batch := fs.Int("batch", 8, "datagrams per sendmmsg/recvmmsg")
 	recvBuf := fs.Int("recv-buffer", 0, "SO_RCVBUF in bytes (0: 4 MiB)")
 	noGSO := fs.Bool("no-gso", false, "send every datagram on its own (no UDP segmentation offload)")
+	tr := fs.String("transport", "udp", "udp, or xdp (AF_XDP: root, an Ethernet interface, TTL 1)")
 	drain := fs.Duration("drain", 500*time.Millisecond, "receiver: stop once no datagram came for this long")
 	timeout := fs.Duration("timeout", 0, "receiver: give up when no datagram came this long after the start (0: -duration or 10s, plus 30s)")
 	out := fs.String("out", "-", "result file (- for stdout)")
@@ -286,7 +321,7 @@ func RawMemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	}
 	cfg := RawMemberConfig{Index: *index, Timeout: *timeout, Raw: RawConfig{Interface: *iface, TTL: *ttl, MsgSize: *size,
 		DatagramSize: *datagram, Count: *count, Duration: *duration, Batch: *batch, RecvBuffer: *recvBuf, Drain: *drain,
-		AllowNonLoopback: *iface != "lo", NoGSO: *noGSO}}
+		AllowNonLoopback: *iface != "lo", NoGSO: *noGSO, Transport: *tr}}
 	switch *role {
 	case "send":
 		cfg.Send = true
@@ -317,6 +352,9 @@ func RawMemberMain(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	}
 	if err := cfg.Raw.transportConfig(cfg.Raw.Group, cfg.Send).Validate(); err != nil {
 		return bad("%v", err)
+	}
+	if *tr != engine.TransportUDP && *tr != engine.TransportXDP {
+		return bad("-transport %q: want udp or xdp", *tr)
 	}
 	if *waitStart {
 		cfg.Ready, cfg.Start = readyThenGo(stdout, stdin)

@@ -42,6 +42,7 @@ type engineFlags struct {
 	discardOwn       bool
 	exclusive        bool
 	noGSO            bool
+	xdpMode          string
 	keyFile          string
 	encrypt          bool
 	insecure         bool
@@ -65,6 +66,7 @@ func (f *engineFlags) register(fs *flag.FlagSet, members int, duration time.Dura
 	fs.StringVar(&f.group, "group", "", "multicast group ADDR:PORT in 239.0.0.0/8 (default: random 239.77.x.y:port)")
 	fs.IntVar(&f.sample, "sample", 0, "record the latency of one message in N (0: every message for 1 KiB and more, 1 in 16 below)")
 	fs.IntVar(&f.batch, "batch", 0, "senders send with SendBatch, this many messages a call (0 or 1: Send per message)")
+	fs.StringVar(&f.xdpMode, "xdp-mode", "", "with -transport xdp: where the XDP program attaches, native or generic (default: native where the driver can)")
 	fs.BoolVar(&f.noGSO, "no-gso", false, "UDP segmentation offload off, for the engine and the raw baseline alike: every datagram goes through the kernel's send path on its own (the raw bundler as the engine issue defines it)")
 	fs.BoolVar(&f.discardOwn, "discard-own", false, "senders do not deliver their own messages (engine.Config.DiscardOwn); each records what it sent, and receivers are verified against that")
 	fs.StringVar(&f.keyFile, "key-file", "", "group key file, one key a line as \"ID HEX\" (32 or 64 hex digits), the current key first (engine.Config.Keys): every datagram is authenticated; the key is never printed")
@@ -157,7 +159,7 @@ func (f *engineFlags) memberConfig() bench.MemberConfig {
 		MsgSize: f.size, Count: f.count, Duration: f.duration, Idle: idle, Threading: thr, Transport: f.transport,
 		MaxDatagram: f.datagram, BundleBytes: f.bundleBytes, BundleDelay: f.bundleDelay, Window: f.window,
 		SampleEvery: sampleEvery(f.sample, f.size), SendBatch: f.batch, DiscardOwn: f.discardOwn,
-		ExclusiveSender: f.exclusive, NoGSO: f.noGSO, Keys: keys, KeyFile: keyFile, Encrypt: f.encrypt, Insecure: f.insecure}
+		ExclusiveSender: f.exclusive, NoGSO: f.noGSO, XDPMode: f.xdpMode, Keys: keys, KeyFile: keyFile, Encrypt: f.encrypt, Insecure: f.insecure}
 }
 
 // sampleEvery is the latency sampling: every message from 1 KiB up, one

@@ -12,7 +12,9 @@
 //	mcastbench raw [flags]          the raw bundler alone
 //	mcastbench member [flags]       one member as its own process, JSON result
 //	mcastbench raw-member [flags]   one raw bundler process (sender or receiver), JSON result
-//	mcastbench netns [flags]        members in network namespaces (root)
+//	mcastbench netns [flags]        members in network namespaces (root); with
+//	                                -transport xdp,udp,udp+gso the backends compared
+//	mcastbench pingpong-member      one side of a ping-pong between namespaces
 //	mcastbench results [flags]      regenerate bench/RESULTS.md
 //
 // Every mode takes -h. Invalid flags exit with status 2; a run that cannot
@@ -49,7 +51,8 @@ modes:
   raw         the raw batched UDP bundler alone
   member      one engine member as its own process (JSON result)
   raw-member  one raw bundler process, sender or receiver (JSON result)
-  netns       one member per network namespace on a bridge (root)
+  pingpong-member  one side of a ping-pong between namespaces (JSON result)
+  netns       one member per network namespace on a bridge (root); -transport xdp,udp compares backends
   results     regenerate bench/RESULTS.md (make bench-results)
   keygen      write a new group key file for -key-file
 
@@ -82,6 +85,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runMember(ctx, args, stdout, stderr)
 	case "raw-member":
 		err = runRawMember(ctx, args, stdout, stderr)
+	case "pingpong-member":
+		err = runPingPongMember(ctx, args, stdout, stderr)
 	case "netns":
 		err = runNetns(ctx, args, stdout, stderr)
 	case "results":

@@ -59,3 +59,13 @@ func runMember(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	return err
 }
+
+// runPingPongMember is one side of a ping-pong between namespaces
+// (bench.PingPongMemberMain), what the netns comparison runs.
+func runPingPongMember(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	err := bench.PingPongMemberMain(ctx, args, os.Stdin, stdout, stderr)
+	if errors.Is(err, bench.ErrUsage) {
+		return usageError{err.Error()}
+	}
+	return err
+}

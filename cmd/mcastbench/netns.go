@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nakcast/nakcast/bench"
@@ -29,8 +30,14 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	pcapSnap := fs.Int("pcap-snaplen", 0, "with -pcap, keep at most this many bytes of each frame (0: all; 200 keeps the headers and the first messages)")
 	rate := fs.Float64("rate", 0, "messages per second each sender sends, paced (0: as fast as it can)")
 	egress := fs.Float64("egress-loss", 0, "fraction of every member's outgoing UDP datagrams the bridge drops (nftables; loss near the sender, for every receiver); with one sender and -rate, prints issue 19's repair figures from the members' counters beside the simulator's for the same group (implies -no-gso)")
+	repeat := fs.Int("repeat", 3, "with several -transport values (xdp,udp,udp+gso): rounds of the comparison, figures the medians")
+	pingCount := fs.Int("pingpong-count", 10000, "with several -transport values: round trips of each ping-pong (spinning agents; 0: none)")
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	transports := strings.Split(ef.transport, ",")
+	if len(transports) > 1 {
+		ef.transport = engine.TransportUDP // checked below, one by one
 	}
 	if ef.iface != "lo" || ef.group != "" {
 		return usagef("-interface and -group are chosen by netns (eth0 in each namespace, %v)", bench.NetnsGroup)
@@ -59,6 +66,16 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if ef.members < 2 {
 		return usagef("-members %d: want at least 2 in namespaces (a sender and a receiver)", ef.members)
 	}
+	if len(transports) > 1 {
+		for _, tr := range transports {
+			if tr != engine.TransportUDP && tr != engine.TransportXDP && tr != bench.UDPWithOffloads {
+				return usagef("-transport %q: want a list of xdp, udp and %s to compare", tr, bench.UDPWithOffloads)
+			}
+		}
+		if *repeat < 1 || *pingCount < 0 {
+			return usagef("-repeat %d, -pingpong-count %d: want at least 1 and 0", *repeat, *pingCount)
+		}
+	}
 	if err := bench.CheckNetns(); err != nil {
 		return err
 	}
@@ -84,10 +101,33 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}()
 
+	if len(transports) > 1 {
+		cfg := ef.memberConfig()
+		cfg.LossRate = ef.loss
+		pings := *pingCount
+		if pings == 0 {
+			pings = -1 // none
+		}
+		var rawExe []string
+		if !*noRaw {
+			rawExe = []string{exe, "raw-member"}
+		}
+		figs, err := bench.CompareTransports(ctx, bench.TransportCompareConfig{Transports: transports, Member: cfg,
+			Repeat: *repeat, PingCount: pings, Netns: ns,
+			Exe: []string{exe, "member"}, PingExe: []string{exe, "pingpong-member"}, RawExe: rawExe, Progress: progressLine})
+		fmt.Fprintf(stdout, "%s, %d members, %s messages, medians of %d rounds:\n", path, ef.members, bench.FormatBytes(ef.size), *repeat)
+		if werr := bench.WriteTransportTable(stdout, figs); werr != nil {
+			return werr
+		}
+		return err
+	}
 	var rows []bench.Row
 	if !*noRaw {
 		rc := bench.RawConfig{MsgSize: ef.size, DatagramSize: datagram, Duration: ef.duration, Count: ef.count,
 			Batch: engine.DefaultBatchSize, Receivers: ef.members - 1, NoGSO: ef.noGSO}
+		if ef.transport == engine.TransportXDP {
+			rc.Transport = ef.transport // the bundler over the same backend
+		}
 		progressLine(fmt.Sprintf("raw bundler, %s messages in %d B datagrams", bench.FormatBytes(ef.size), datagram))
 		raw, _, err := bench.RunNetnsRaw(ctx, bench.NetnsRawConfig{Raw: rc, Members: ef.members, Netns: ns,
 			Exe: []string{exe, "raw-member"}, Progress: progressLine})

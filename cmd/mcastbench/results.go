@@ -19,7 +19,7 @@ import (
 // loopback suite, and the same sizes in network namespaces when run as
 // root, written as markdown with the machine and the command.
 func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("results", "Regenerate bench/RESULTS.md: loopback and network namespaces (root, veth MTU 1500 and 9000),\nnakcast beside the raw bundler on the same path in the same run, 64 B and 1 KiB, lossless and 5%\nloss at the receivers.", stderr)
+	fs := newFlagSet("results", "Regenerate bench/RESULTS.md: loopback and network namespaces (root, veth MTU 1500 and 9000),\nnakcast beside the raw bundler on the same path in the same run, 64 B and 1 KiB, lossless and 5%\nloss at the receivers; then the AF_XDP backend against UDP (root).", stderr)
 	outFile := fs.String("o", "bench/RESULTS.md", "markdown file to write")
 	duration := fs.Duration("duration", 3*time.Second, "how long each measurement sends")
 	command := fs.String("command", "make bench-results", "the command recorded in the file")
@@ -36,7 +36,7 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	netnsNote := ""
+	netnsNote, xdpSection := "", ""
 	if nerr := bench.CheckNetns(); nerr != nil {
 		netnsNote = fmt.Sprintf("Network namespaces not measured: %v.", nerr)
 	} else {
@@ -50,6 +50,9 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			if err != nil {
 				return fmt.Errorf("netns mtu %d: %w", mtu, err)
 			}
+		}
+		if xdpSection, err = xdpResults(ctx, exe, *receivers+1, *duration, stderr); err != nil {
+			return fmt.Errorf("AF_XDP comparison: %w", err)
 		}
 	}
 	if ctx.Err() != nil {
@@ -86,6 +89,7 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	fmt.Fprintf(&b, "```\n")
 	bench.WriteAuthCost(&b, rows)
+	b.WriteString(xdpSection)
 	if err := os.WriteFile(*outFile, b.Bytes(), 0o644); err != nil {
 		return err
 	}
@@ -156,6 +160,47 @@ func netnsResults(ctx context.Context, exe string, mtu int, sizes []int, members
 		}
 	}
 	return rows, nil
+}
+
+// xdpResults compares the AF_XDP backend with UDP (without and with its
+// offloads) between namespaces at MTU 1500, 64 B messages: medians of
+// three rounds, authenticated datagrams (the default) and open mode. It
+// returns the markdown section.
+func xdpResults(ctx context.Context, exe string, members int, duration time.Duration, stderr io.Writer) (string, error) {
+	ns, err := bench.SetupNetns(ctx, members, 1500)
+	if err != nil {
+		return "", err
+	}
+	defer ns.Close()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## AF_XDP against UDP\n\n")
+	fmt.Fprintf(&b, "`mcastbench netns -transport xdp,udp,udp+gso -no-gso -members %d -duration %v` (and with `-insecure`): the same\n", members, duration)
+	fmt.Fprintf(&b, "namespaces (veth MTU 1500, 1472 B datagrams, 64 B messages), 3 rounds with the backends alternating, medians.\n")
+	fmt.Fprintf(&b, "msgs/s is the slowest receiver's; recv CPU/dgm the receivers' process CPU (user and system) per datagram\n")
+	fmt.Fprintf(&b, "they read, the engine's work included; group CPU/dgm every member's, the sender's with the kernel's\n")
+	fmt.Fprintf(&b, "forwarding through veth and bridge, per datagram read; ping p50/p99 a 64 B ping-pong between two\n")
+	fmt.Fprintf(&b, "processes (ThreadingInvoked, IdleSpin); raw msgs/s and raw recv CPU the raw bundler's over the same backend\n")
+	fmt.Fprintf(&b, "(one raw-member process per namespace: the transport alone). udp+gso is UDP with its segmentation offloads on.\n")
+	for _, insecure := range []bool{false, true} {
+		name := "authenticated (a generated group key)"
+		if insecure {
+			name = "open mode (-insecure)"
+		}
+		fmt.Fprintf(stderr, "AF_XDP comparison, %s ...\n", name)
+		cfg := bench.MemberConfig{Members: members, MsgSize: 64, Duration: duration, SampleEvery: sampleEvery(0, 64), NoGSO: true, Insecure: insecure}
+		figs, err := bench.CompareTransports(ctx, bench.TransportCompareConfig{
+			Transports: []string{engine.TransportXDP, engine.TransportUDP, bench.UDPWithOffloads}, Member: cfg, Netns: ns,
+			Exe: []string{exe, "member"}, PingExe: []string{exe, "pingpong-member"}, RawExe: []string{exe, "raw-member"}})
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "\n%s:\n\n```\n", name)
+		if err := bench.WriteTransportTable(&b, figs); err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "```\n")
+	}
+	return b.String(), nil
 }
 
 // invokedCase names the results rows of ThreadingInvoked members sending
