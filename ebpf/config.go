@@ -11,14 +11,15 @@ import (
 // Options tune the AF_XDP backend. The zero value selects every default.
 type Options struct {
 	// Mode is how the XDP program attaches: "" (native, the driver's
-	// hook, where the driver has one, else generic), "native" (fail
-	// without driver support) or "generic" (the stack's hook: any
-	// driver, slower on a NIC). On veth keep native: the generic hook
-	// gets a peer's UDP segmentation offload run (a UDP member's default
-	// send) as one buffer, which the program takes for one datagram when
-	// the run fits the MTU, so most of it is lost and repaired (a run
-	// longer than the MTU goes to the stack, which cuts it); native XDP
-	// on veth turns the peer's offload off.
+	// hook, where the driver has one, else generic; native only on
+	// veth), "native" (fail without driver support) or "generic" (the
+	// stack's hook: any driver, slower on a NIC). Generic on veth only
+	// where no peer sends with UDP segmentation offload (the UDP backend
+	// does by default, NoGSO turns it off): the generic hook gets such a
+	// run as one buffer, which the program takes for one datagram when
+	// the run fits the MTU, so all of it but the first datagram is lost
+	// and must be repaired (a run longer than the MTU goes to the stack,
+	// which cuts it); native XDP on veth turns the peer's offload off.
 	Mode string
 	// Frames is the number of receive frames of each socket's UMEM, and
 	// the fill and RX rings' size (a power of two, default 8192, at most

@@ -126,6 +126,7 @@ func (x *xdpNetns) openXDP(i int, group netip.AddrPort, o ebpf.Options) *ebpf.XD
 		tr, err = ebpf.Open(ebpf.Config{Config: x.config(i, group), Options: o})
 		return err
 	})
+	x.t.Logf("member %d: AF_XDP in %s mode", i, tr.Mode())
 	x.t.Cleanup(func() { _ = tr.Close() })
 	return tr
 }
@@ -160,6 +161,11 @@ func readN(t *testing.T, tr transport.Transport, n int, within time.Duration) ([
 	require.NoError(t, tr.SetReadDeadline(time.Now().Add(within)))
 	for len(got) < n {
 		k, err := tr.ReadBatch(bufs, sizes, srcs)
+		if err != nil {
+			if s, ok := tr.(interface{ Stats() transport.Stats }); ok {
+				t.Logf("transport stats: %+v", s.Stats())
+			}
+		}
 		require.NoError(t, err, "after %d of %d datagrams", len(got), n)
 		for i := range k {
 			got = append(got, string(bufs[i][:sizes[i]]))

@@ -128,15 +128,19 @@ type ethtoolChannels struct {
 	rxCount, txCount, otherCount, combinedCnt uint32
 }
 
-// rxQueues is the number of receive queues of ifname (ETHTOOL_GCHANNELS:
-// the combined queues and the receive-only ones); 1 when the driver does
-// not say.
-func rxQueues(ifname string) int {
+// ethtoolInfo is what ethtool says of ifname: the number of receive
+// queues (ETHTOOL_GCHANNELS: the combined queues and the receive-only
+// ones; 1 when the driver does not say) and the driver's name (empty when
+// it does not say).
+func ethtoolInfo(ifname string) (queues int, driver string) {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return 1
+		return 1, ""
 	}
 	defer unix.Close(fd)
+	if d, err := unix.IoctlGetEthtoolDrvinfo(fd, ifname); err == nil {
+		driver = cString(d.Driver[:])
+	}
 	ch := ethtoolChannels{cmd: unix.ETHTOOL_GCHANNELS}
 	var ifr struct {
 		name [unix.IFNAMSIZ]byte
@@ -146,9 +150,9 @@ func rxQueues(ifname string) int {
 	copy(ifr.name[:], ifname)
 	ifr.data = uintptr(unsafe.Pointer(&ch))
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&ifr))); e != 0 {
-		return 1
+		return 1, driver
 	}
-	return max(int(ch.rxCount+ch.combinedCnt), 1)
+	return max(int(ch.rxCount+ch.combinedCnt), 1), driver
 }
 
 // Probe reports whether AF_XDP can run on cfg's interface with cfg's

@@ -136,8 +136,8 @@ func (t *XDP) open() error {
 	if err != nil {
 		return fmt.Errorf("%w: Interface %q: %v", transport.ErrInvalidConfig, t.ifname, err)
 	}
-	queues := rxQueues(t.ifname)
-	if err := t.attach(ifi.Index, queues); err != nil {
+	queues, driver := ethtoolInfo(t.ifname)
+	if err := t.attach(ifi.Index, queues, driver); err != nil {
 		return err
 	}
 	xc := xskConfig{ifindex: ifi.Index, frameSize: frameSizeFor(ifi.MTU), copyOnly: t.mode == ModeGeneric, o: t.cfg.Options}
@@ -170,8 +170,9 @@ func (t *XDP) open() error {
 
 // attach loads the program and attaches it where Options.Mode says, or,
 // by default, natively where the driver has a hook and generically where
-// it has none.
-func (t *XDP) attach(ifindex, queues int) error {
+// it has none; on veth natively only (see Options.Mode: a generic hook
+// there takes a peer's UDP segmentation offload run for one datagram).
+func (t *XDP) attach(ifindex, queues int, driver string) error {
 	var err error
 	if t.xsks, err = newXSKMap(queues); err != nil {
 		return mapError(err)
@@ -180,8 +181,11 @@ func (t *XDP) attach(ifindex, queues int) error {
 		return mapError(err)
 	}
 	modes := []string{ModeNative, ModeGeneric}
-	if t.cfg.Mode != "" {
+	switch {
+	case t.cfg.Mode != "":
 		modes = []string{t.cfg.Mode}
+	case driver == "veth":
+		modes = []string{ModeNative}
 	}
 	var errs []error
 	for _, m := range modes {

@@ -28,8 +28,9 @@ var (
 )
 
 // TestXDPExchange: an AF_XDP member (native and generic XDP) and a UDP
-// member (with its segmentation offload: its runs reach a generic hook
-// whole, for the stack to cut) exchange group and unicast datagrams both
+// member (with its segmentation offload: in generic mode its runs, longer
+// than the MTU here, reach the hook whole and go to the stack, which cuts
+// them for the group socket) exchange group and unicast datagrams both
 // ways, IPv4 and IPv6: every datagram arrives once, in order, with the
 // sender's unicast address as its source.
 func TestXDPExchange(t *testing.T) {
