@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/nakcast/nakcast/bench"
@@ -119,9 +118,9 @@ func loopbackSuite(ctx context.Context, sizes []int, receivers int, duration tim
 			cfg := bench.MemberConfig{Members: receivers + 1, MsgSize: size, Duration: duration, SampleEvery: sampleEvery(0, size), Interface: "lo",
 				Keys: sc.keys, Encrypt: sc.encrypt}
 			l, name := sc.loss, sc.name
-			cpu0 := processCPU()
+			cpu0 := bench.ProcessCPU()
 			rs, err := runGroup(ctx, cfg, l, fmt.Sprintf("nakcast %s %s", bench.FormatBytes(size), name), statsEvery, stderr)
-			cpu := processCPU() - cpu0
+			cpu := bench.ProcessCPU() - cpu0
 			if err != nil && firstErr == nil && ctx.Err() == nil {
 				firstErr = fmt.Errorf("nakcast %d B %s: %w", size, name, err)
 			}
@@ -139,15 +138,6 @@ func loopbackSuite(ctx context.Context, sizes []int, receivers int, duration tim
 	}
 	progressDone(stderr)
 	return rows, members, firstErr
-}
-
-// processCPU is the process's user and system CPU time so far.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // suiteCase is one nakcast row of a size in the loopback suite.
