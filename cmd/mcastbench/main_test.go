@@ -49,6 +49,8 @@ func TestBadFlagsExit2NamingTheFlag(t *testing.T) {
 		{[]string{"netns", "-mtu", "10"}, "-mtu"},
 		{[]string{"netns", "-members", "1"}, "-members"},
 		{[]string{"netns", "-plot", "x.jpg"}, "-plot"},
+		{[]string{"netns", "-pcap", "x", "-transport", "xdp"}, "-pcap"},
+		{[]string{"netns", "-pcap-snaplen", "-1"}, "-pcap-snaplen"},
 		{[]string{"throughput", "-plot", "x"}, "-plot"},
 		{[]string{"-plot", "x.pdf"}, "-plot"},
 		{[]string{"raw-member", "-role", "both", "-group", "239.77.60.30:5000"}, "-role"},

@@ -51,6 +51,9 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *pcapSnap < 0 {
 		return usagef("-pcap-snaplen %d: want 0 (all) or more", *pcapSnap)
 	}
+	if *pcap != "" && (len(transports) > 1 || ef.transport != engine.TransportUDP) {
+		return usagef("-pcap captures what passes the kernel's stack, which AF_XDP datagrams bypass: use it with -transport udp")
+	}
 	if *mtu < 576 || *mtu > 65535 {
 		return usagef("-mtu %d: want 576..65535", *mtu)
 	}
