@@ -88,7 +88,9 @@
 // suppression, so it scales with the view: none in a view of two (a lone
 // receiver asks right after NakDelay), NakJitter*(n-2)/NakJitterPeers in a
 // view of n members, all of it from NakJitterPeers other receivers on
-// (default 2: from 4 members); gaps already requested are retried
+// (default 2: from 4 members), growing beyond 16 receivers with
+// ln(receivers)+1 so that the requests per loss stay about constant as
+// the view grows; gaps already requested are retried
 // with exponential backoff from Config.NakInterval up to
 // Config.NakMaxInterval, restarted when the oldest gap is filled. The first
 // retry interval and the sender's Config.RepairLinger (repeat requests it

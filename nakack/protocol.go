@@ -458,13 +458,31 @@ func peerShare(c *Config, n int) (num, den int) {
 	return peers, c.NakJitterPeers
 }
 
+// jitterViewBase is the number of receivers up to which the whole
+// NakJitter applies; beyond it the jitter grows with the view
+// (scaledJitter).
+const jitterViewBase = 16
+
 // scaledJitter returns NakJitter for a view of n members: the whole of it
 // from NakJitterPeers other receivers (n-2) on, proportionally less below,
-// none for n <= 2 (nobody to suppress).
+// none for n <= 2 (nobody to suppress); and beyond jitterViewBase
+// receivers (n-1) more, in proportion to ln(receivers)+1, the shape (λ) of
+// the truncated exponential (spread). With that shape the requests sent
+// before the first one reaches the others number about 1 + λδ/(eT) for a
+// network delay δ and a jitter T (Nonnenmacher and Biersack), so T grows
+// with λ to keep them constant: at 1,000 receivers 2.1 NakJitter, where a
+// lost request otherwise let tens of receivers fire before the next one
+// arrived. NakJitterPeers < 0: always the whole NakJitter.
 func scaledJitter(c *Config, n int) time.Duration {
 	peers := n - 2
 	switch {
-	case c.NakJitterPeers < 0 || peers >= c.NakJitterPeers:
+	case c.NakJitterPeers < 0:
+		return c.NakJitter
+	case peers >= c.NakJitterPeers:
+		if r := n - 1; r > jitterViewBase {
+			grow := (math.Log(float64(r)) + 1) / (math.Log(jitterViewBase) + 1)
+			return time.Duration(float64(c.NakJitter) * grow)
+		}
 		return c.NakJitter
 	case peers <= 0:
 		return 0

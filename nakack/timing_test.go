@@ -1,6 +1,7 @@
 package nakack
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -12,15 +13,23 @@ import (
 
 // TestScaledJitter: the NAK jitter is NakJitter scaled to the view: none
 // with a single receiver, in proportion to the other receivers below
-// NakJitterPeers, all of it from there on or when NakJitterPeers < 0.
+// NakJitterPeers, all of it from there on up to jitterViewBase receivers,
+// growing like ln(receivers)+1 beyond; always all of it when
+// NakJitterPeers < 0.
 func TestScaledJitter(t *testing.T) {
 	c := Config{NakJitter: 8 * time.Millisecond, NakJitterPeers: 4}
 	for n, want := range map[int]time.Duration{0: 0, 1: 0, 2: 0, 3: 2 * time.Millisecond, 4: 4 * time.Millisecond,
-		5: 6 * time.Millisecond, 6: 8 * time.Millisecond, 100: 8 * time.Millisecond} {
+		5: 6 * time.Millisecond, 6: 8 * time.Millisecond, 17: 8 * time.Millisecond} {
 		require.Equal(t, want, scaledJitter(&c, n), "n=%d", n)
 	}
+	grow := func(r float64) time.Duration {
+		return time.Duration(8e6 * (math.Log(r) + 1) / (math.Log(jitterViewBase) + 1))
+	}
+	require.Equal(t, grow(99), scaledJitter(&c, 100))
+	require.InDelta(t, 2.1*8e6, float64(scaledJitter(&c, 1001)), 0.1*8e6)
 	c.NakJitterPeers = -1
 	require.Equal(t, 8*time.Millisecond, scaledJitter(&c, 2))
+	require.Equal(t, 8*time.Millisecond, scaledJitter(&c, 1001))
 	d := Config{Self: mA, Pool: wire.NewPool(1400, 0)}
 	require.NoError(t, d.setDefaults())
 	require.Equal(t, 2, d.NakJitterPeers)
