@@ -60,6 +60,9 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *rate < 0 || !(*egress >= 0 && *egress < 1) {
 		return usagef("-rate %v, -egress-loss %v: want rate >= 0 and 0 <= egress-loss < 1", *rate, *egress)
 	}
+	if (*egress > 0 || *rate > 0) && len(transports) > 1 {
+		return usagef("-rate and -egress-loss are for a single -transport run")
+	}
 	if *egress > 0 {
 		if err := bench.CheckNft(); err != nil {
 			return err
