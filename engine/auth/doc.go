@@ -43,12 +43,15 @@
 // restart begins above every counter its predecessor used: a process seals
 // far fewer than one datagram per nanosecond (the machines here move at
 // most some 10^6 datagrams a second), so its counter stays behind the
-// clock. That is what makes a restart of a static member, which keeps
-// Config.Self and so its incarnation, safe; gms members take a new
-// incarnation, so a new subkey, on every join attempt anyway. The salt is
-// random per process: if the wall clock steps back across a restart, or two
-// processes run with the same member and incarnation (a configuration
-// error), a repeat additionally needs the same 32-bit salt.
+// clock. That is what makes a restart safe for the members whose
+// incarnation does not change across processes: a static member keeps
+// Config.Self as given, and gms, which takes a new incarnation (so a new
+// subkey) on every join attempt within a process, counts them from 1 again
+// in a new one, so a dynamic member restarted with a fixed Config.Self.ID
+// reuses its first incarnations too. The salt is random per process: if
+// the wall clock steps back across a restart, or two processes run with the
+// same member and incarnation (a configuration error), a repeat
+// additionally needs the same 32-bit salt.
 //
 // A receiver's replay window follows the counter, so a sender restarted
 // after its clock stepped back by more than its previous run sealed is
