@@ -162,7 +162,7 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *egress > 0 && *rate > 0 && ef.senders == 1 {
 		printScaleFigures(stdout, rs, cfg, *rate, *egress, datagram)
 	}
-	rows = append(rows, bench.GroupRow(path, caseName(ef.loss), rs, datagram))
+	rows = append(rows, bench.GroupRow(path, withAuthMode(caseName(ef.loss), rs), rs, datagram))
 	bench.SetRatios(rows)
 	if err := bench.WriteTable(stdout, rows); err != nil {
 		return err
@@ -179,6 +179,15 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	return runErr
+}
+
+// withAuthMode appends the members' authentication mode to a case name
+// ("lossless, signed"); nothing in open mode (-insecure).
+func withAuthMode(name string, rs []bench.MemberResult) string {
+	if m := rs[0].Stats.Auth.Mode; m != "" && m != "open" {
+		return name + ", " + m
+	}
+	return name
 }
 
 // printScaleFigures prints issue 19's figures of a run with -egress-loss,

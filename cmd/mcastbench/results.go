@@ -79,7 +79,8 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(&b, "msgs/s and MB/s are the slowest receiver's; latency is send (timestamp in the payload) to delivery under full load,\n")
 	fmt.Fprintf(&b, "so it is mostly queueing; `verified` means every member delivered the same messages (count and hash) in order.\n")
 	fmt.Fprintf(&b, "The loopback %q and %q rows run lossless with a group key (engine.Config.Keys: an AES-GCM tag on every\n", bench.CaseSigned, bench.CaseEncrypted)
-	fmt.Fprintf(&b, "datagram; encrypted: and Config.Encrypt), right after the plain lossless row of their size.\n\n")
+	fmt.Fprintf(&b, "datagram; encrypted: and Config.Encrypt), right after the plain lossless row of their size. The namespace rows run\n")
+	fmt.Fprintf(&b, "in open mode (Config.Insecure), like the raw rows they are compared with.\n\n")
 	if netnsNote != "" {
 		fmt.Fprintf(&b, "%s\n\n", netnsNote)
 	}
@@ -137,7 +138,8 @@ func netnsResults(ctx context.Context, exe string, mtu int, sizes []int, members
 					return rows, ctx.Err()
 				}
 				fmt.Fprintf(stderr, "%s nakcast %s %s ...\n", p, bench.FormatBytes(size), caseName(loss))
-				cfg := bench.MemberConfig{Members: members, MsgSize: size, Duration: duration, LossRate: loss, SampleEvery: sampleEvery(0, size), NoGSO: noGSO}
+				cfg := bench.MemberConfig{Members: members, MsgSize: size, Duration: duration, LossRate: loss, SampleEvery: sampleEvery(0, size), NoGSO: noGSO,
+					Insecure: true}
 				rs, err := bench.RunNetns(ctx, bench.NetnsRunConfig{Member: cfg, Netns: ns, Exe: []string{exe, "member"}})
 				if len(rs) == 0 {
 					return rows, fmt.Errorf("nakcast %d B: %w", size, err)
@@ -150,7 +152,7 @@ func netnsResults(ctx context.Context, exe string, mtu int, sizes []int, members
 				// time, the sender not delivering its own.
 				fmt.Fprintf(stderr, "%s nakcast %s invoked ...\n", p, bench.FormatBytes(size))
 				cfg := bench.MemberConfig{Members: members, MsgSize: size, Duration: duration, SampleEvery: sampleEvery(0, size), NoGSO: noGSO,
-					Threading: engine.ThreadingInvoked, SendBatch: 64, DiscardOwn: true}
+					Threading: engine.ThreadingInvoked, SendBatch: 64, DiscardOwn: true, Insecure: true}
 				rs, err := bench.RunNetns(ctx, bench.NetnsRunConfig{Member: cfg, Netns: ns, Exe: []string{exe, "member"}})
 				if len(rs) == 0 {
 					return rows, fmt.Errorf("nakcast %d B invoked: %w", size, err)
