@@ -26,10 +26,16 @@ func TestLostRangeEvent(t *testing.T) {
 	}
 	// Wait until A has sent and delivered all ten to itself, then purge
 	// them by force (an operator action: normally B's absence keeps them).
+	// "Sent" means written: the iteration that delivers them writes their
+	// datagrams after it releases the lock, so wait for the next iteration
+	// (lastNow moves) too; otherwise B, opened meanwhile, can read them.
 	deadline := time.Now().Add(5 * time.Second)
+	var seen time.Duration // lastNow of an iteration that had delivered all ten
 	for {
 		a.mu.Lock()
-		if e, _ := a.proto.WindowState(a.Self()); e.Delivered == 10 {
+		if e, _ := a.proto.WindowState(a.Self()); e.Delivered == 10 && seen == 0 {
+			seen = a.ag.lastNow
+		} else if seen != 0 && a.ag.lastNow != seen {
 			n, err := a.proto.ForcePurge(a.Self(), 10)
 			a.mu.Unlock()
 			require.NoError(t, err)
