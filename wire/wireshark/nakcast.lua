@@ -458,7 +458,7 @@ local function gms_fixed(d, tree)
 		d.ctx.kind_name = g.kinds[kind]
 		label(kt, g.kinds[kind] or "unknown kind")
 	end
-	local secs, st = d:item(tree, item("u8", F.gms_secs, "secs"))
+	local _, st = d:item(tree, item("u8", F.gms_secs, "secs"))
 	if st then
 		for _, s in ipairs(gms_sections) do st:add(s.field, d.tvb(d.off - 1, 1)) end
 	end
