@@ -163,6 +163,12 @@ func TestZeroAllocs(t *testing.T) {
 			h, body, _ = DecodeHeader(b, testGroup)
 			_, _ = DecodeHeartbeat(h, body)
 		}},
+		{"challenge encode, decode, echo", func() {
+			b, _ := EncodeChallenge(buf, hdr(mA), TypeChallenge, view1, mB, 42, ChallengeNotFound, RangeSlice(ranges[:4]))
+			h, body, _ := DecodeHeader(b, testGroup)
+			c, _ := DecodeChallenge(h, body)
+			_, _ = EncodeChallenge(buf[4096:], hdr(mB), TypeEcho, c.View, c.Target, c.Nonce, c.Kind, c.Ranges)
+		}},
 		{"errors", func() {
 			_, _, _ = DecodeHeader(xb[:10], testGroup)
 			_, _, _ = DecodeHeader(xb, testGroup+1)

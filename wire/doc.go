@@ -1,7 +1,9 @@
 // Package wire owns the binary format of every nakcast datagram: the common
 // header, the data messages (bundles of a contiguous run of seqnos, and
 // fragments), the NAKACK control messages (XMIT_REQ, MSG_NOT_FOUND, STABLE,
-// STABILITY, HIGHEST, HEARTBEAT), the layout of the authentication trailer,
+// STABILITY, HIGHEST, HEARTBEAT), the CHALLENGE and ECHO that confirm an
+// address or a MSG_NOT_FOUND with a fresh nonce, the layout of the
+// authentication trailer,
 // and the refcounted, pooled buffers that hold datagrams.
 //
 // The layout is fixed and little-endian; FORMAT.md beside this file describes
@@ -21,7 +23,7 @@
 // # Versions and compatibility
 //
 // Byte 0 of every datagram is the major version, byte 1 the minor version
-// (this package writes VersionMajor.VersionMinor = 1.0). The rule:
+// (this package writes VersionMajor.VersionMinor = 1.1). The rule:
 //
 //   - A datagram whose major version differs from VersionMajor is dropped with
 //     ErrVersion before anything else is read: a new major may change every

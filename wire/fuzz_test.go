@@ -136,6 +136,17 @@ func FuzzDecodeHeartbeat(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) { checkRoundTrip(t, b, TypeHeartbeat) })
 }
 
+// FuzzDecodeChallenge covers CHALLENGE; its seeds include ECHO datagrams,
+// whose type byte the target forces to CHALLENGE (the layouts are the same).
+func FuzzDecodeChallenge(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) { checkRoundTrip(t, b, TypeChallenge) })
+}
+
+// FuzzDecodeEcho covers ECHO.
+func FuzzDecodeEcho(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) { checkRoundTrip(t, b, TypeEcho) })
+}
+
 // fuzzTargets maps each fuzz target to the type it decodes (0: all).
 var fuzzTargets = map[string]Type{
 	"FuzzDecodeHeader":      0,
@@ -147,6 +158,8 @@ var fuzzTargets = map[string]Type{
 	"FuzzDecodeStability":   TypeStability,
 	"FuzzDecodeHighest":     TypeHighest,
 	"FuzzDecodeHeartbeat":   TypeHeartbeat,
+	"FuzzDecodeChallenge":   TypeChallenge,
+	"FuzzDecodeEcho":        TypeEcho,
 }
 
 // corpusSeeds returns the named seeds committed for a type (0: the header

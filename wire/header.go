@@ -11,7 +11,7 @@ import (
 // receiver follows with other versions.
 const (
 	VersionMajor uint8 = 1
-	VersionMinor uint8 = 0
+	VersionMinor uint8 = 1
 )
 
 // Sizes of the common parts, in bytes.
@@ -44,6 +44,11 @@ const (
 	TypeHighest     Type = 7 // idle sender: its highest seqno
 	TypeHeartbeat   Type = 8 // liveness
 
+	// Types of version 1.1 (an older member drops them as unknown: see
+	// FORMAT.md for why that is harmless).
+	TypeChallenge Type = 9  // asks a member to confirm an address or a MSG_NOT_FOUND, with a fresh nonce
+	TypeEcho      Type = 10 // the answer to a CHALLENGE: its fields sent back
+
 	// TypeGMSFirst..TypeGMSLast are reserved for membership messages (join
 	// request and response, view, view ack, leave, discovery, merge...).
 	TypeGMSFirst Type = 16
@@ -65,6 +70,7 @@ var typeNames = [...]string{
 	TypeData: "DATA", TypeFrag: "FRAG", TypeXmitReq: "XMIT_REQ",
 	TypeMsgNotFound: "MSG_NOT_FOUND", TypeStable: "STABLE",
 	TypeStability: "STABILITY", TypeHighest: "HIGHEST", TypeHeartbeat: "HEARTBEAT",
+	TypeChallenge: "CHALLENGE", TypeEcho: "ECHO",
 }
 
 // String returns the protocol name of t ("DATA", "GMS(17)", "TYPE(200)").
@@ -116,6 +122,7 @@ const (
 	StableFixed      = 24 // view id, entry count (STABLE and STABILITY)
 	HighestFixed     = 36 // view id, low, highest
 	HeartbeatFixed   = 20 // view id
+	ChallengeFixed   = 48 // view id, target, nonce, kind, range count (CHALLENGE and ECHO, 1.1)
 
 	MemberLen = 12 // member: id uint64, incarnation uint32
 	ViewIDLen = 20 // view id: coordinator member, counter uint64
@@ -132,6 +139,8 @@ var fixedLen = [256]uint16{
 	TypeStability:   StableFixed,
 	TypeHighest:     HighestFixed,
 	TypeHeartbeat:   HeartbeatFixed,
+	TypeChallenge:   ChallengeFixed,
+	TypeEcho:        ChallengeFixed,
 }
 
 // Header is the common header of a datagram.

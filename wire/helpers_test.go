@@ -56,6 +56,14 @@ type (
 		View    digest.ViewID
 		Entries []digest.Entry
 	}
+	challengeMsg struct {
+		Type   Type // TypeChallenge or TypeEcho
+		View   digest.ViewID
+		Target digest.Member
+		Nonce  uint64
+		Kind   ChallengeKind
+		Ranges []Range
+	}
 	// reservedMsg is a type this package only passes through.
 	reservedMsg struct {
 		Type Type
@@ -108,6 +116,8 @@ func encode(buf []byte, m msg) ([]byte, error) {
 		return EncodeHighest(buf, m.H, v)
 	case Heartbeat:
 		return EncodeHeartbeat(buf, m.H, v)
+	case challengeMsg:
+		return EncodeChallenge(buf, m.H, v.Type, v.View, v.Target, v.Nonce, v.Kind, RangeSlice(v.Ranges))
 	case reservedMsg:
 		h := m.H
 		h.Type, h.Len = v.Type, HeaderLen
@@ -187,6 +197,12 @@ func decode(b []byte) (msg, error) {
 			return msg{}, err
 		}
 		m.Body = x
+	case TypeChallenge, TypeEcho:
+		x, err := DecodeChallenge(h, body)
+		if err != nil {
+			return msg{}, err
+		}
+		m.Body = challengeMsg{Type: h.Type, View: x.View, Target: x.Target, Nonce: x.Nonce, Kind: x.Kind, Ranges: x.Ranges.AppendTo(nil)}
 	default:
 		m.Body = reservedMsg{Type: h.Type, Body: nilIfEmpty(body[h.Len-HeaderLen:])}
 	}
@@ -243,6 +259,9 @@ func samples() []struct {
 		{"stability", msg{hdr(mA), stabilityMsg{View: view1, Entries: entries}}},
 		{"highest", msg{hdr(mA), Highest{View: view1, Low: 150, Highest: 201}}},
 		{"heartbeat", msg{hdr(mC), Heartbeat{View: view1}}},
+		{"challenge-not-found", msg{hdr(mB), challengeMsg{Type: TypeChallenge, View: view1, Target: mA, Nonce: 0x0123456789abcdef, Kind: ChallengeNotFound, Ranges: []Range{{51, 150}}}}},
+		{"challenge-address", msg{hdr(mB), challengeMsg{Type: TypeChallenge, View: view1, Target: mA, Nonce: 7, Kind: ChallengeAddress}}},
+		{"echo-not-found", msg{hdr(mA), challengeMsg{Type: TypeEcho, View: view1, Target: mA, Nonce: 0x0123456789abcdef, Kind: ChallengeNotFound, Ranges: []Range{{51, 99}, {121, 150}}}}},
 	}
 	out := plain
 	for _, p := range plain {
@@ -332,6 +351,13 @@ func randMsg(r *rand.Rand, t Type) msg {
 		m.Body = Highest{View: viewID(), Low: low, Highest: low + r.Uint64N(1<<40)}
 	case TypeHeartbeat:
 		m.Body = Heartbeat{View: viewID()}
+	case TypeChallenge, TypeEcho:
+		c := challengeMsg{Type: t, View: viewID(), Target: member(), Nonce: r.Uint64(), Kind: ChallengeKind(r.Uint32() | 1)}
+		for range r.IntN(4) {
+			from := seq()
+			c.Ranges = append(c.Ranges, Range{From: from, To: from + r.Uint64N(1000)})
+		}
+		m.Body = c
 	default:
 		m.Body = reservedMsg{Type: t, Body: payload(100)}
 	}
@@ -339,4 +365,4 @@ func randMsg(r *rand.Rand, t Type) msg {
 }
 
 var allTypes = []Type{TypeData, TypeFrag, TypeXmitReq, TypeMsgNotFound, TypeStable,
-	TypeStability, TypeHighest, TypeHeartbeat, TypeGMSFirst, TypeGMSLast, TypeStateFirst, TypeStateLast}
+	TypeStability, TypeHighest, TypeHeartbeat, TypeChallenge, TypeEcho, TypeGMSFirst, TypeGMSLast, TypeStateFirst, TypeStateLast}

@@ -25,7 +25,7 @@ func TestLayout(t *testing.T) {
 	check := func(t *testing.T, b []byte, typ Type, hlen int, fields []field) {
 		t.Helper()
 		common := []field{
-			{0, 1, 1}, {1, 1, 0}, {2, 1, uint64(typ)}, {3, 1, 3}, {4, 4, 0xabcdef01},
+			{0, 1, 1}, {1, 1, uint64(VersionMinor)}, {2, 1, uint64(typ)}, {3, 1, 3}, {4, 4, 0xabcdef01},
 			{8, 8, sender.ID}, {16, 4, uint64(sender.Inc)}, {20, 2, 0x0102}, {22, 2, uint64(hlen)},
 		}
 		for _, f := range append(common, fields...) {
@@ -106,5 +106,14 @@ func TestLayout(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, b, 44+TrailerLen)
 		check(t, b, TypeHeartbeat, 44, viewFields)
+	})
+	t.Run("challenge", func(t *testing.T) {
+		for _, typ := range []Type{TypeChallenge, TypeEcho} {
+			b, err := EncodeChallenge(buf, h, typ, view, origin, 0x8877665544332211, ChallengeNotFound, RangeSlice{{0x10, 0x20}})
+			require.NoError(t, err)
+			require.Len(t, b, 72+16+TrailerLen)
+			check(t, b, typ, 72, append(viewFields, field{44, 8, origin.ID}, field{52, 4, uint64(origin.Inc)},
+				field{56, 8, 0x8877665544332211}, field{64, 4, 2}, field{68, 4, 1}, field{72, 8, 0x10}, field{80, 8, 0x20}))
+		}
 	})
 }

@@ -164,6 +164,7 @@ func TestMalformed(t *testing.T) {
 	data, frag, xmit := get("data-64x64"), get("frag"), get("xmit-req")
 	nf, stable, stability := get("msg-not-found"), get("stable"), get("stability")
 	highest, hb, dataAuth := get("highest"), get("heartbeat"), get("data-64x64-auth")
+	chal := get("challenge-not-found")
 	const H = HeaderLen
 	dataLen := func() int { b, _ := encode(make([]byte, MaxUDPPayload), data); return len(b) }()
 	lastMsgLen := dataLen - 64 - MsgOverhead // offset of the last message's length
@@ -182,7 +183,7 @@ func TestMalformed(t *testing.T) {
 		{"23 bytes", mutate(t, hb, func(b []byte) []byte { return b[:23] }), ErrTruncated},
 		{"foreign group", mutate(t, hb, put32(4, testGroup+1)), ErrForeignGroup},
 		{"type 0", mutate(t, hb, setByte(2, 0)), ErrUnknownType},
-		{"type 9", mutate(t, hb, setByte(2, 9)), ErrUnknownType},
+		{"type 11", mutate(t, hb, setByte(2, 11)), ErrUnknownType},
 		{"type 15", mutate(t, hb, setByte(2, 15)), ErrUnknownType},
 		{"type 40", mutate(t, hb, setByte(2, 40)), ErrUnknownType},
 		{"type 255", mutate(t, hb, setByte(2, 255)), ErrUnknownType},
@@ -265,6 +266,17 @@ func TestMalformed(t *testing.T) {
 		{"highest low > highest", mutate(t, highest, put64(H+20, 202)), ErrMalformed},
 		{"highest trailing byte", mutate(t, highest, appendBytes(1)), ErrMalformed},
 		{"heartbeat trailing byte", mutate(t, hb, appendBytes(1)), ErrMalformed},
+
+		// CHALLENGE and ECHO.
+		{"header length below challenge minimum", mutate(t, chal, put16(22, H+ChallengeFixed-1)), ErrMalformed},
+		{"challenge zero target", mutate(t, chal, func(b []byte) []byte { clear(b[H+20 : H+32]); return b }), ErrMalformed},
+		{"challenge zero kind", mutate(t, chal, put32(H+40, 0)), ErrMalformed},
+		{"challenge too many ranges", mutate(t, chal, put32(H+44, MaxRanges+1)), ErrTooManyRanges},
+		{"challenge count one more", mutate(t, chal, add32(H+44, 1)), ErrTruncated},
+		{"challenge count one less", mutate(t, chal, add32(H+44, -1)), ErrMalformed},
+		{"challenge from > to", mutate(t, chal, put64(ChallengeOverhead, 151)), ErrMalformed},
+		{"challenge trailing byte", mutate(t, chal, appendBytes(1)), ErrMalformed},
+		{"challenge unknown kind", mutate(t, chal, put32(H+40, 99)), nil},
 
 		// Accepted variants.
 		{"newer minor", mutate(t, hb, setByte(1, 9)), nil},
@@ -369,7 +381,27 @@ func TestEncodeErrors(t *testing.T) {
 		{"put header short", func() error {
 			return PutHeader(buf[:HeaderLen-1], Header{Sender: mA, Type: TypeGMSFirst, Len: HeaderLen})
 		}, ErrShortBuffer},
-		{"put header unknown type", func() error { return PutHeader(buf, Header{Sender: mA, Type: 9, Len: HeaderLen}) }, ErrMalformed},
+		{"challenge zero kind", func() error {
+			_, err := EncodeChallenge(buf, hdr(mA), TypeChallenge, view1, mB, 1, 0, RangeSlice(nil))
+			return err
+		}, ErrMalformed},
+		{"challenge wrong type", func() error {
+			_, err := EncodeChallenge(buf, hdr(mA), TypeXmitReq, view1, mB, 1, ChallengeAddress, RangeSlice(nil))
+			return err
+		}, ErrMalformed},
+		{"challenge bad range", func() error {
+			_, err := EncodeChallenge(buf, hdr(mA), TypeEcho, view1, mB, 1, ChallengeNotFound, RangeSlice{{3, 2}})
+			return err
+		}, ErrMalformed},
+		{"challenge too many ranges", func() error {
+			_, err := EncodeChallenge(buf, hdr(mA), TypeEcho, view1, mB, 1, ChallengeNotFound, RangeSlice(make([]Range, MaxRanges+1)))
+			return err
+		}, ErrTooManyRanges},
+		{"challenge short", func() error {
+			_, err := EncodeChallenge(buf[:ChallengeOverhead+RangeLen-1], hdr(mA), TypeEcho, view1, mB, 1, ChallengeNotFound, RangeSlice{{1, 2}})
+			return err
+		}, ErrShortBuffer},
+		{"put header unknown type", func() error { return PutHeader(buf, Header{Sender: mA, Type: 11, Len: HeaderLen}) }, ErrMalformed},
 		{"put header len below type", func() error { return PutHeader(buf, Header{Sender: mA, Type: TypeData, Len: HeaderLen}) }, ErrMalformed},
 		{"put header len too big", func() error { return PutHeader(buf, Header{Sender: mA, Type: TypeGMSFirst, Len: 1 << 16}) }, ErrMalformed},
 	}
@@ -539,12 +571,14 @@ func TestSizeHelpers(t *testing.T) {
 func TestTypeStrings(t *testing.T) {
 	require.Equal(t, "DATA", TypeData.String())
 	require.Equal(t, "MSG_NOT_FOUND", TypeMsgNotFound.String())
+	require.Equal(t, "CHALLENGE", TypeChallenge.String())
+	require.Equal(t, "ECHO", TypeEcho.String())
 	require.Equal(t, "GMS(17)", Type(17).String())
 	require.Equal(t, "STATE(32)", Type(32).String())
 	require.Equal(t, "TYPE(0)", Type(0).String())
 	require.Equal(t, "TYPE(255)", Type(255).String())
 	for typ := range 256 {
-		want := (typ >= 1 && typ <= 8) || (typ >= 16 && typ <= 39)
+		want := (typ >= 1 && typ <= 10) || (typ >= 16 && typ <= 39)
 		require.Equal(t, want, Type(typ).Known(), "type %d", typ)
 	}
 }

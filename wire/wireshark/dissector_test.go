@@ -42,7 +42,7 @@ var fields = []string{
 	"nakcast.frag.first", "nakcast.frag.last", "nakcast.frag.data",
 	"nakcast.view.coord.id", "nakcast.view.coord.inc", "nakcast.view.counter",
 	"nakcast.target.id", "nakcast.target.inc", "nakcast.xmit.delivered", "nakcast.xmit.count",
-	"nakcast.range.from", "nakcast.range.to",
+	"nakcast.range.from", "nakcast.range.to", "nakcast.challenge.nonce", "nakcast.challenge.kind", "nakcast.challenge.count",
 	"nakcast.requester.id", "nakcast.missing.from", "nakcast.missing.to", "nakcast.low", "nakcast.highest",
 	"nakcast.digest.count", "nakcast.entry.member.id", "nakcast.entry.member.inc", "nakcast.entry.low",
 	"nakcast.entry.delivered", "nakcast.entry.received", "nakcast.extension",
@@ -166,7 +166,7 @@ func cases() []tcase {
 	full := bundle(hdr(mA), mA, 100, []byte("abc"), big, []byte("xyz"))
 	newer := must(wire.EncodeHeartbeat(buf, hdr(mB), wire.Heartbeat{View: view1}))
 	newer = append(newer, 1, 2, 3, 4) // a newer minor's fixed field
-	newer[1] = 1
+	newer[1] = wire.VersionMinor + 1
 	binary.LittleEndian.PutUint16(newer[22:], uint16(wire.HeartbeatOverhead+4))
 	badRange := must(wire.EncodeXmitReq(buf, hdr(mB), view1, mA, 40, []wire.Range{{From: 41, To: 45}}))
 	binary.LittleEndian.PutUint64(badRange[wire.XmitReqOverhead:], 46) // from > to
@@ -178,7 +178,7 @@ func cases() []tcase {
 
 	return []tcase{
 		{name: "DATA bundle", b: full, want: map[string][]string{
-			"nakcast.version": {"1"}, "nakcast.minor": {"0"}, "nakcast.type": {"1"}, "nakcast.flags.repair": {"0"},
+			"nakcast.version": {"1"}, "nakcast.minor": u(uint64(wire.VersionMinor)), "nakcast.type": {"1"}, "nakcast.flags.repair": {"0"},
 			"nakcast.flags.auth": {"0"}, "nakcast.group": {"0x6e616b63"}, "nakcast.sender.id": {aID},
 			"nakcast.sender.inc": {aInc}, "nakcast.keyid": {"0"}, "nakcast.hlen": {"48"},
 			"nakcast.data.first": u(100), "nakcast.origin.id": {aID}, "nakcast.data.count": u(3),
@@ -235,9 +235,21 @@ func cases() []tcase {
 			"nakcast.ciphertext": {hex.EncodeToString(encrypted[wire.HeaderLen : len(encrypted)-wire.TrailerLen])},
 			"_ws.col.Info":       {"DATA a1.1 [AUTH, ENCRYPTED]"},
 		})},
+		{name: "CHALLENGE", b: must(wire.EncodeChallenge(buf, hdr(mB), wire.TypeChallenge, view1, mA, 0x1234, wire.ChallengeNotFound,
+			wire.RangeSlice{{From: 51, To: 150}})),
+			want: with(viewWant, map[string][]string{
+				"nakcast.type": {"9"}, "nakcast.hlen": {"72"}, "nakcast.target.id": {aID}, "nakcast.challenge.nonce": u(0x1234),
+				"nakcast.challenge.kind": u(2), "nakcast.challenge.count": u(1), "nakcast.range.from": u(51), "nakcast.range.to": u(150),
+				"_ws.col.Info": {"CHALLENGE b2.7 NOT_FOUND target a1.1 ranges 51-150"},
+			})},
+		{name: "ECHO", b: must(wire.EncodeChallenge(buf, hdr(mA), wire.TypeEcho, view1, mA, 77, wire.ChallengeAddress, wire.RangeSlice(nil))),
+			want: with(viewWant, map[string][]string{
+				"nakcast.type": {"10"}, "nakcast.hlen": {"72"}, "nakcast.challenge.kind": u(1), "nakcast.challenge.count": u(0),
+				"_ws.col.Info": {"ECHO a1.1 ADDRESS target a1.1"},
+			})},
 		{name: "heuristic on another port", b: must(wire.EncodeHeartbeat(buf, hdr(mC), wire.Heartbeat{View: view1})),
 			dst: wiresharktest.OtherDst, want: map[string][]string{"nakcast.type": {"8"}, "nakcast.sender.id": {cID}}},
-		{name: "newer minor", b: newer, want: with(viewWant, map[string][]string{"nakcast.minor": {"1"}, "nakcast.extension": {"01020304"}}),
+		{name: "newer minor", b: newer, want: with(viewWant, map[string][]string{"nakcast.minor": u(uint64(wire.VersionMinor) + 1), "nakcast.extension": {"01020304"}}),
 			verdict: "newer"},
 		{name: "truncated DATA", b: full[:len(full)-10], verdict: "malformed",
 			want: map[string][]string{"nakcast.msg.seq": u(100, 101), "nakcast.msg.len": u(3, 300)}},
@@ -318,6 +330,8 @@ func wireVerdict(b []byte) error {
 		_, err = wire.DecodeHighest(h, body)
 	case wire.TypeHeartbeat:
 		_, err = wire.DecodeHeartbeat(h, body)
+	case wire.TypeChallenge, wire.TypeEcho:
+		_, err = wire.DecodeChallenge(h, body)
 	}
 	return err
 }
@@ -402,6 +416,7 @@ func fixedLen(t wire.Type) int {
 		wire.TypeData: wire.DataFixed, wire.TypeFrag: wire.FragFixed, wire.TypeXmitReq: wire.XmitReqFixed,
 		wire.TypeMsgNotFound: wire.MsgNotFoundFixed, wire.TypeStable: wire.StableFixed,
 		wire.TypeStability: wire.StableFixed, wire.TypeHighest: wire.HighestFixed, wire.TypeHeartbeat: wire.HeartbeatFixed,
+		wire.TypeChallenge: wire.ChallengeFixed, wire.TypeEcho: wire.ChallengeFixed,
 	}[t]
 }
 

@@ -27,6 +27,7 @@ local FLAG_REPAIR = 1
 local FLAG_AUTH = 2
 local FLAG_ENCRYPTED = 4
 local MAX_RANGES = 1024
+local VERSION_MINOR = 1 -- the minor this dissector knows (wire.VersionMinor); a newer one's extra fields are flagged, not rejected
 
 ------------------------------------------------------------------------
 -- Fields
@@ -94,7 +95,7 @@ end
 -- gms/msg.go).
 local type_names = {
 	[1] = "DATA", [2] = "FRAG", [3] = "XMIT_REQ", [4] = "MSG_NOT_FOUND", [5] = "STABLE",
-	[6] = "STABILITY", [7] = "HIGHEST", [8] = "HEARTBEAT",
+	[6] = "STABILITY", [7] = "HIGHEST", [8] = "HEARTBEAT", [9] = "CHALLENGE", [10] = "ECHO",
 	[16] = "DISCOVERY", [17] = "JOIN_REQ", [18] = "JOIN_RSP", [19] = "VIEW", [20] = "VIEW_ACK",
 	[21] = "LEAVE", [22] = "GMS_HEARTBEAT", [23] = "PROBE", [24] = "SUSPECT", [25] = "MERGE_REQ",
 	[26] = "MERGE_RSP", [27] = "MERGE_DONE", [28] = "CUT_REQ", [29] = "CUT_REPORT", [30] = "CUT",
@@ -147,6 +148,10 @@ local F = {
 	delivered = fu64("xmit.delivered", "Requester's delivered"),
 	range_count = fu32("xmit.count", "Range count"),
 	range = frange("range", "Range"),
+
+	chal_nonce = fu64("challenge.nonce", "Nonce"),
+	chal_kind = field(ProtoField.uint32("nakcast.challenge.kind", "Kind", base.DEC, { [1] = "ADDRESS", [2] = "NOT_FOUND" })),
+	chal_count = fu32("challenge.count", "Range count"),
 
 	requester = fmember("requester", "Requester"),
 	missing = frange("missing", "Missing"),
@@ -558,8 +563,8 @@ local gms_section_decoders = {
 local function var_gms(d, tree)
 	local secs = d.ctx.secs
 	if not secs then return end
-	if secs >= 128 and d.ctx.minor == 0 then
-		d:malformed(tree, string.format("unknown section bits 0x%02x in a 1.0 datagram", secs))
+	if secs >= 128 and d.ctx.minor <= VERSION_MINOR then
+		d:malformed(tree, string.format("unknown section bits 0x%02x in a 1.%d datagram", secs, d.ctx.minor))
 	end
 	for _, s in ipairs(gms_sections) do
 		if math.floor(secs / s.bit) % 2 == 1 then
@@ -669,6 +674,23 @@ local types = {
 		info = function(c) return " view " .. (c.view and c.view.str or "?") end },
 }
 
+-- CHALLENGE and ECHO (1.1) share one layout.
+for t = 9, 10 do
+	types[t] = {
+		fixed = { item("viewid", F.view, "view"), item("member", F.target, "target", member_check),
+			item("u64", F.chal_nonce, "nonce"),
+			item("u32", F.chal_kind, "kind", function(v) if v < 1 then return "kind 0" end end),
+			item("u32", F.chal_count, "nranges", function(v)
+				if v > MAX_RANGES then return "more than 1024 ranges" end
+			end) },
+		var = var_ranges,
+		info = function(c)
+			local kinds = { [1] = "ADDRESS", [2] = "NOT_FOUND" }
+			return string.format(" %s target %s%s", kinds[c.kind] or tostring(c.kind or "?"),
+				c.target and c.target.str or "?", c.ranges and c.ranges ~= "" and " ranges " .. c.ranges or "")
+		end }
+end
+
 local function digest_info(c)
 	return string.format(" view %s, %d entries", c.view and c.view.str or "?", c.nentries or 0)
 end
@@ -759,7 +781,7 @@ local function dissect_body(d, root, spec, name, hlen)
 	if not d.stopped and d.off < d.lim then
 		local n = d.lim - d.off
 		local extra = body:add(F.body, tvb(d.off, math.min(n, math.max(0, d.cap - d.off))))
-		if spec.gms and d.ctx.minor > 0 then
+		if spec.gms and d.ctx.minor > VERSION_MINOR then
 			d:flag(extra, E.newer, string.format("%d bytes after the last section", n))
 		else
 			d:malformed(extra, string.format("%d bytes left over after the last field", n))
