@@ -91,6 +91,35 @@ func (f *fixture) stableFromB(es *[2]digest.Entry, delivered uint64) {
 	f.drainOut()
 }
 
+// echoChallenges answers, as B, every CHALLENGE in A's outbox (the sender
+// confirming its MSG_NOT_FOUND), then drains A's outbox.
+func (f *fixture) echoChallenges() {
+	var echoes [4]*wire.Buffer
+	n := 0
+	for _, o := range f.a.Outbox() {
+		h, body, err := wire.DecodeHeader(o.Buf.Bytes(), testGroup)
+		if err != nil || h.Type != wire.TypeChallenge || n == len(echoes) {
+			continue
+		}
+		c, err := wire.DecodeChallenge(h, body)
+		if err != nil {
+			panic(err)
+		}
+		b := f.pool.Get(1024)
+		d, err := wire.EncodeChallenge(b.B, wire.Header{Group: testGroup, Sender: mB}, wire.TypeEcho, c.View, c.Target, c.Nonce, c.Kind, c.Ranges)
+		if err != nil {
+			panic(err)
+		}
+		b.N = len(d)
+		echoes[n] = b
+		n++
+	}
+	f.drainOut()
+	for _, b := range echoes[:n] {
+		f.recv(b)
+	}
+}
+
 func (f *fixture) drainOut() {
 	for _, o := range f.a.Outbox() {
 		o.Buf.Release()
@@ -242,6 +271,7 @@ func TestAllocsMsgNotFoundHandling(t *testing.T) {
 		// 1..50 missing, 51..100 held; B purged 1..50.
 		f.recv(f.data(base+51, 50, 0))
 		f.recv(mnf(base+50, base+100))
+		f.echoChallenges()             // B confirms: A marks 1..50 lost
 		f.recv(mnf(base+50, base+100)) // the repeat moves nothing
 		f.a.Poll(&f.h, 1<<20)
 		f.purge()

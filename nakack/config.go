@@ -122,6 +122,15 @@ type Config struct {
 	RepairBudget int
 	// RepairInterval is the repair budget period. Default 10ms.
 	RepairInterval time.Duration
+	// RepairRatio and RepairBurst bound what one requester can make this
+	// member repair: over any interval, the repair datagrams sent in
+	// answer to requester r total at most RepairRatio times the bytes of
+	// the XMIT_REQ datagrams received from r, plus RepairBurst (see
+	// credit.go). Defaults: MaxDatagram/16 (every range a request names
+	// can be answered with at least one maximum-size datagram) but at
+	// least 64, and 64 maximum-size datagrams.
+	RepairRatio int
+	RepairBurst int
 	// RepairJitter spreads the repairs of a departed sender's messages:
 	// every member holding them may answer, so each waits a random delay
 	// over [0, RepairJitter) (truncated exponential, like NakJitter) and
@@ -143,6 +152,25 @@ type Config struct {
 	// HighestMaxInterval. Default 20ms and 2s.
 	HighestInterval    time.Duration
 	HighestMaxInterval time.Duration
+
+	// Authenticated says the driver authenticates every datagram (a group
+	// key): a MSG_NOT_FOUND from the original sender is then acted on at
+	// once. Without it (open mode, the default), a receiver acts on one
+	// only once the sender confirmed it: a CHALLENGE with a fresh nonce
+	// sent to the sender, which echoes it only if it really holds none of
+	// the seqnos (challenge.go). Source addresses can be spoofed, and
+	// MSG_NOT_FOUND is the one message that makes a member skip data.
+	Authenticated bool
+	// Nonce returns the challenges' nonces: it must be unpredictable to
+	// anyone outside the group (default: crypto/rand). Tests and the
+	// simulator pass a seeded one so that a run replays.
+	Nonce func() uint64
+	// ChallengeTimeout is how long a receiver waits for the echo of a
+	// CHALLENGE before sending it again, ChallengeAttempts how many it
+	// sends before it gives the MSG_NOT_FOUND up (a later one starts
+	// again). Defaults NakInterval and 3.
+	ChallengeTimeout  time.Duration
+	ChallengeAttempts int
 
 	// PendingMax bounds the datagrams held from senders without a window.
 	// Default 64; negative: none are held.
@@ -228,6 +256,9 @@ func (c *Config) setDefaults() error {
 	case c.HighestInterval <= 0 || c.HighestMaxInterval < c.HighestInterval:
 		return bad("HighestInterval/HighestMaxInterval", "need 0 < interval <= max")
 	}
+	if err := c.securityDefaults(); err != nil {
+		return err
+	}
 	fragPayload := wire.MaxFragPayload(c.MaxDatagram)
 	if c.MaxMessage < 1 || int64(c.MaxMessage) > 1<<31 {
 		return bad("MaxMessage", "%d not in [1, 2^31]", c.MaxMessage)
@@ -235,6 +266,33 @@ func (c *Config) setDefaults() error {
 	if nfrag := (c.MaxMessage + fragPayload - 1) / fragPayload; nfrag > c.SendWindow {
 		return bad("MaxMessage", "%d needs %d fragments of %d bytes, more than SendWindow %d",
 			c.MaxMessage, nfrag, fragPayload, c.SendWindow)
+	}
+	return nil
+}
+
+// securityDefaults fills in and checks the repair credit and the
+// challenge settings (after MaxDatagram and NakInterval are set).
+func (c *Config) securityDefaults() error {
+	if c.RepairRatio == 0 {
+		c.RepairRatio = max(64, c.MaxDatagram/wire.RangeLen)
+	}
+	if c.RepairBurst == 0 {
+		c.RepairBurst = 64 * c.MaxDatagram
+	}
+	if c.ChallengeAttempts == 0 {
+		c.ChallengeAttempts = 3
+	}
+	if c.ChallengeTimeout == 0 {
+		c.ChallengeTimeout = c.NakInterval
+	}
+	if c.Nonce == nil {
+		c.Nonce = randomNonce
+	}
+	switch {
+	case c.RepairRatio < 1 || c.RepairBurst < c.MaxDatagram:
+		return fmt.Errorf("%w: RepairRatio/RepairBurst: need ratio >= 1 and burst >= MaxDatagram %d", ErrBadConfig, c.MaxDatagram)
+	case c.ChallengeTimeout <= 0 || c.ChallengeAttempts < 1:
+		return fmt.Errorf("%w: ChallengeTimeout/ChallengeAttempts: need a positive timeout and at least 1 attempt", ErrBadConfig)
 	}
 	return nil
 }
@@ -293,6 +351,10 @@ type Drops struct {
 	// same prefix: sent by that sender itself before its cut is fixed, and
 	// once it is, beyond the cut or in a range marked lost (declared lost).
 	Departed uint64
+	// Stranger counts control datagrams from a member that may not send
+	// them here: an XMIT_REQ, CHALLENGE or HIGHEST from outside the view,
+	// an ECHO nobody asked for (see Stats.EchoesIgnored).
+	Stranger uint64
 }
 
 // Stats are a Protocol's counters (monotonic).
@@ -305,6 +367,9 @@ type Stats struct {
 	Retransmitted       uint64 // messages sent as repairs
 	RepairsSkipped      uint64 // repair messages skipped: repaired within the linger
 	RepairsOverBudget   uint64 // repair messages not sent: budget exhausted
+	RepairsOverCredit   uint64 // repair messages not sent (or not queued): the requester's credit is spent (RepairRatio)
+	NakBytes            uint64 // bytes of the XMIT_REQ datagrams received from members (what earns repair credit)
+	RepairBytes         uint64 // bytes of the repair datagrams sent
 	RepairsSuppressed   uint64 // departed sender's messages not repaired: another member repaired them during our delay
 	NakSent             uint64 // XMIT_REQ datagrams sent
 	NakRangesSent       uint64 // ranges in them
@@ -314,7 +379,13 @@ type Stats struct {
 	MsgNotFoundSent     uint64
 	NotFoundOtherView   uint64 // MSG_NOT_FOUND not sent: the request was for another view (repair)
 	MsgNotFoundReceived uint64
-	MsgNotFoundIgnored  uint64 // not from the original sender, other view, or moving nothing
+	MsgNotFoundIgnored  uint64 // not from the original sender, other view, not for us, moving nothing, or a challenge for it pending
+	ChallengesSent      uint64 // CHALLENGEs sent to confirm a MSG_NOT_FOUND (resends included)
+	ChallengesExpired   uint64 // MSG_NOT_FOUNDs given up: no echo after ChallengeAttempts
+	NotFoundConfirmed   uint64 // MSG_NOT_FOUNDs acted on (confirmed by an echo, or authenticated)
+	ChallengesAnswered  uint64 // CHALLENGEs of others echoed: we hold none of the seqnos
+	ChallengesRefused   uint64 // CHALLENGEs of others not echoed: we hold some of the seqnos, or another view
+	EchoesIgnored       uint64 // ECHOs that match no pending challenge (wrong nonce, ranges, view or sender)
 	Duplicates          uint64 // messages already held
 	Old                 uint64 // messages at or below delivered (or lost)
 	Pending             uint64 // datagrams queued from senders without a window

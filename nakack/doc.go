@@ -44,13 +44,22 @@
 // than one bundle are split into fragments, each with its own seqno, all
 // claimed in one step.
 //
-// Retransmission requests (XMIT_REQ, ranges) for own messages are answered by
+// Retransmission requests (XMIT_REQ, ranges) are served only for a member of
+// the view (or a departed member whose window is still open); one from
+// anyone else is dropped and counted (Drops.Stranger) and suppresses
+// nothing. Requests for own messages are answered by
 // multicast repair bundles (wire.FlagRepair) re-bundled as contiguous runs of
 // what is held; a repeat request for seqnos repaired within
 // Config.RepairLinger is ignored; repairs are limited to Config.RepairBudget
-// messages per Config.RepairInterval (the excess is counted and left to the
-// requester's next round); a request at or below what the requester reports as
-// delivered is stale (dropped, counted). For seqnos it no longer holds (at or
+// messages per Config.RepairInterval, and per requester by its repair
+// credit: over any interval, the repair datagrams sent in answer to
+// requester r total at most Config.RepairRatio times the bytes of r's
+// requests plus Config.RepairBurst (credit.go; the default ratio answers
+// every range a request names with at least one maximum-size datagram), so
+// a flood of requests, from a member or a stranger spoofing its address,
+// buys a bounded amount of repair. What either limit holds back is counted
+// and left to the requester's next round. A request at or below what the
+// requester reports as delivered is stale (dropped, counted). For seqnos it no longer holds (at or
 // below its low), and only as the original sender, a member answers
 // MSG_NOT_FOUND carrying its low, highest sent and whole digest, to a
 // request for its current view only: one for another view comes from a
@@ -139,7 +148,14 @@
 // each lost run once through Handler.Lost; nothing at or below the sender's
 // low is requested again. It is logged once at WARN (Config.Logger) with our
 // window, the sender's digest and our digest history. One from anyone else,
-// for another view, or that would move nothing, is ignored and counted.
+// for another view, for another requester, or that would move nothing, is
+// ignored and counted. Unless Config.Authenticated (the driver verifies
+// every datagram's tag), it is the one message acted on only once its
+// sender confirmed it: a CHALLENGE with a fresh random nonce and the range
+// (our delivered, its low] goes to the sender by unicast; the sender echoes
+// it only if it holds none of those seqnos, and the range is marked on the
+// echo (challenge.go: one challenge per sender, resent and given up on the
+// clock; the semantics above are unchanged, one round trip later).
 //
 // # Stability
 //

@@ -110,6 +110,10 @@ type sender struct {
 	refs    []*dref
 	refHead int
 
+	// chal is the MSG_NOT_FOUND of this sender waiting for its echo
+	// (challenge.go).
+	chal notFoundChallenge
+
 	rq      []wire.Range
 	rqAt    time.Duration
 	rqSince time.Duration
@@ -269,6 +273,10 @@ type Protocol struct {
 	lastData        time.Duration
 	budget          int
 	budgetAt        time.Duration
+	// credits is each requester's repair credit (credit.go), challenged
+	// the senders whose MSG_NOT_FOUND awaits its echo (challenge.go).
+	credits    map[digest.Member]*repairCredit
+	challenged []*sender
 
 	round stableRound
 	// lastStab is the last STABILITY this coordinator emitted (repeated to
@@ -320,6 +328,7 @@ func New(cfg Config) (*Protocol, error) {
 		senders:      make(map[digest.Member]*sender),
 		viewPos:      make(map[digest.Member]int),
 		closed:       make(map[digest.Member]uint64),
+		credits:      make(map[digest.Member]*repairCredit),
 		nextSeq:      1,
 		fragP:        wire.MaxFragPayload(cfg.MaxDatagram),
 		maxMsg:       wire.MaxBundledMessageLen(cfg.MaxDatagram),
@@ -353,6 +362,7 @@ func (p *Protocol) addSender(m digest.Member, start uint64, capacity int) *sende
 }
 
 func (p *Protocol) removeSender(s *sender) {
+	p.dropChallenge(s)
 	p.releaseRefs(s, ^uint64(0))
 	p.disarm(s)
 	p.dequeueRepair(s)
@@ -375,6 +385,9 @@ func (p *Protocol) removeSender(s *sender) {
 
 // Self returns this member.
 func (p *Protocol) Self() digest.Member { return p.self }
+
+// Config returns the configuration with every default filled in.
+func (p *Protocol) Config() Config { return p.cfg }
 
 // View returns the installed view (Members must not be modified).
 func (p *Protocol) View() View { return p.view }
@@ -670,6 +683,7 @@ func (p *Protocol) Tick(now time.Duration) {
 	if now >= p.highestAt {
 		p.announceHighest(now)
 	}
+	p.tickChallenges(now)
 }
 
 // NextDeadline returns when Tick must next be called (NoDeadline if no timer
@@ -684,6 +698,9 @@ func (p *Protocol) NextDeadline() time.Duration {
 	}
 	for _, s := range p.repairQ {
 		d = min(d, s.rqAt)
+	}
+	for _, s := range p.challenged {
+		d = min(d, s.chal.at)
 	}
 	return d
 }

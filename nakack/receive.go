@@ -33,7 +33,7 @@ func (p *Protocol) Receive(buf *wire.Buffer, now time.Duration) error {
 	case wire.TypeFrag:
 		return p.onFrag(buf, h, body, now)
 	case wire.TypeXmitReq:
-		return p.onXmitReq(h, body, now)
+		return p.onXmitReq(h, body, buf.N, now)
 	case wire.TypeMsgNotFound:
 		return p.onMsgNotFound(h, body, now)
 	case wire.TypeStable:
@@ -43,6 +43,10 @@ func (p *Protocol) Receive(buf *wire.Buffer, now time.Duration) error {
 		return p.onStability(h, body, now)
 	case wire.TypeHighest:
 		return p.onHighest(h, body, now)
+	case wire.TypeChallenge:
+		return p.onChallenge(h, body)
+	case wire.TypeEcho:
+		return p.onEcho(h, body, now)
 	}
 	return nil
 }
@@ -346,6 +350,7 @@ func (p *Protocol) onHighest(h wire.Header, body []byte, now time.Duration) erro
 	}
 	s := p.senders[h.Sender]
 	if s == nil || s.own || s.state != live {
+		p.stats.Drops.Stranger++
 		return nil
 	}
 	if m.Highest > s.highest {
@@ -358,8 +363,10 @@ func (p *Protocol) onHighest(h wire.Header, body []byte, now time.Duration) erro
 }
 
 // onMsgNotFound applies design.md item 1: from the original sender, for the
-// current view, moving something: mark what the sender purged and we lack
-// as lost (held entries still deliver), never request it again, log once.
+// current view, to us, moving something: mark what the sender purged and
+// we lack as lost (held entries still deliver), never request it again,
+// log once. Without authentication it first has the sender confirm it
+// (challengeNotFound); the marking happens when the echo arrives.
 func (p *Protocol) onMsgNotFound(h wire.Header, body []byte, now time.Duration) error {
 	m, err := wire.DecodeMsgNotFound(h, body)
 	if err != nil {
@@ -368,7 +375,7 @@ func (p *Protocol) onMsgNotFound(h wire.Header, body []byte, now time.Duration) 
 	}
 	p.stats.MsgNotFoundReceived++
 	s := p.senders[h.Sender]
-	if s == nil || s.own || s.state != live || !p.hasView || m.View != p.view.ID {
+	if s == nil || s.own || s.state != live || !p.hasView || m.View != p.view.ID || m.Requester != p.self {
 		p.stats.MsgNotFoundIgnored++
 		return nil
 	}
@@ -376,32 +383,47 @@ func (p *Protocol) onMsgNotFound(h wire.Header, body []byte, now time.Duration) 
 	// seqnos this member has not seen announced.
 	hd := max(s.delivered(), s.floor)
 	low := min(m.Low, s.target())
-	if low <= hd || m.Low > m.HighestSent || !s.hasGaps() {
+	if g, ok := s.firstGapAbove(hd); low <= hd || m.Low > m.HighestSent || !ok || g > low {
 		p.stats.MsgNotFoundIgnored++
 		return nil
 	}
-	// What lies beyond the window's capacity cannot be held either: it is
-	// marked once purges make room (roomMade), so it counts as moving.
+	if !p.cfg.Authenticated {
+		p.challengeNotFound(s, &m, wire.Range{From: hd + 1, To: low}, now)
+		return nil
+	}
+	var d digest.Digest
+	if p.cfg.Logger.Enabled(context.Background(), slog.LevelWarn) {
+		d = m.Digest.ToDigest()
+	}
+	p.notFound(s, low, m.HighestSent, &m, d, now)
+	return nil
+}
+
+// notFound acts on a MSG_NOT_FOUND of s, authenticated or confirmed: the
+// seqnos at or below low that we lack are lost (what lies beyond the
+// window's capacity is marked once purges make room: roomMade). m and d
+// (the sender's digest) are for the warning logged once.
+func (p *Protocol) notFound(s *sender, low, highest uint64, m *wire.MsgNotFound, d digest.Digest, now time.Duration) {
 	w := s.window()
 	beyond := low > w.Low()+uint64(s.cap)
 	if p.markLost(s, low) == 0 && !beyond {
 		p.stats.MsgNotFoundIgnored++
-		return nil
+		return
 	}
+	p.stats.NotFoundConfirmed++
 	if p.cfg.Logger.Enabled(context.Background(), slog.LevelWarn) {
-		p.logNotFound(s, &m)
+		p.logNotFound(s, m, d)
 	}
 	s.floor = max(s.floor, low)
-	s.highest = max(s.highest, m.HighestSent)
+	s.highest = max(s.highest, highest)
 	s.advance()
 	if s.contig > s.delivered() {
 		p.markReady(s)
 	}
 	p.checkGaps(s, now)
-	return nil
 }
 
-func (p *Protocol) logNotFound(s *sender, m *wire.MsgNotFound) {
+func (p *Protocol) logNotFound(s *sender, m *wire.MsgNotFound, d digest.Digest) {
 	p.cfg.Logger.Warn("nakack: MSG_NOT_FOUND: sender purged messages this member still lacked; reporting them lost",
 		slog.String("sender", s.m.String()),
 		slog.String("view", m.View.String()),
@@ -410,7 +432,7 @@ func (p *Protocol) logNotFound(s *sender, m *wire.MsgNotFound) {
 		slog.Uint64("sender_low", m.Low),
 		slog.Uint64("sender_highest", m.HighestSent),
 		slog.String("window", s.String()),
-		slog.String("sender_digest", m.Digest.ToDigest().String()),
+		slog.String("sender_digest", d.String()),
 		slog.String("digest_history", p.history.String()),
 	)
 }

@@ -286,39 +286,34 @@ func (p *Protocol) repairAllowed(now time.Duration) bool {
 	return true
 }
 
-// repairer bundles repair messages of one origin into contiguous runs.
+// repairer bundles repair messages of one origin into contiguous runs,
+// charging what it sends to the requester's credit (nil: charged when the
+// request was queued, chargeRange).
 type repairer struct {
 	p      *Protocol
 	origin digest.Member
+	credit *repairCredit
 	buf    *wire.Buffer
 	w      wire.DataWriter
 	next   uint64 // seqno the open bundle expects next
+}
+
+// afford reports whether the requester's credit covers m at the most it
+// can cost (a bundle of its own).
+func (r *repairer) afford(m msg) bool {
+	return r.credit == nil || r.credit.tokens >= int64(r.p.repairCost(m, true))
 }
 
 func (r *repairer) add(seq uint64, m msg) {
 	p := r.p
 	if m.fc != 0 {
 		r.flush()
-		b := p.getBuf(min(p.cfg.MaxDatagram, wire.FragOverhead+int(m.n)))
-		if b == nil {
-			return
-		}
-		h := p.hdr
-		h.Flags |= wire.FlagRepair
-		// The message's Total is not stored; the reassembler does not need
-		// it (fragments of one message have equal sizes but the last).
-		f := wire.Frag{Origin: r.origin, Seq: seq, Index: m.fi, Count: m.fc, Total: uint32(m.fc) * uint32(p.fragP), Payload: m.payload()}
-		d, err := wire.EncodeFrag(b.B, h, f)
-		if err != nil {
-			b.Release()
-			return
-		}
-		p.emit(digest.Member{}, b, len(d))
-		p.stats.Retransmitted++
+		r.addFrag(seq, m)
 		return
 	}
 	if r.buf != nil && seq == r.next && r.w.Count() < p.cfg.MaxBundle && r.w.Append(m.payload()) {
 		r.next++
+		r.charge(p.repairCost(m, false))
 		p.stats.Retransmitted++
 		return
 	}
@@ -333,7 +328,37 @@ func (r *repairer) add(seq uint64, m msg) {
 	}
 	r.w.Append(m.payload())
 	r.next = seq + 1
+	r.charge(p.repairCost(m, true))
 	p.stats.Retransmitted++
+}
+
+// addFrag emits the repair of one fragment as a datagram of its own.
+func (r *repairer) addFrag(seq uint64, m msg) {
+	p := r.p
+	b := p.getBuf(min(p.cfg.MaxDatagram, wire.FragOverhead+int(m.n)))
+	if b == nil {
+		return
+	}
+	h := p.hdr
+	h.Flags |= wire.FlagRepair
+	// The message's Total is not stored; the reassembler does not need
+	// it (fragments of one message have equal sizes but the last).
+	f := wire.Frag{Origin: r.origin, Seq: seq, Index: m.fi, Count: m.fc, Total: uint32(m.fc) * uint32(p.fragP), Payload: m.payload()}
+	d, err := wire.EncodeFrag(b.B, h, f)
+	if err != nil {
+		b.Release()
+		return
+	}
+	p.emit(digest.Member{}, b, len(d))
+	r.charge(len(d))
+	p.stats.RepairBytes += uint64(len(d))
+	p.stats.Retransmitted++
+}
+
+func (r *repairer) charge(n int) {
+	if r.credit != nil {
+		r.credit.tokens -= int64(n)
+	}
 }
 
 func (r *repairer) flush() {
@@ -342,21 +367,28 @@ func (r *repairer) flush() {
 	}
 	d := r.w.Finish()
 	r.p.emit(digest.Member{}, r.buf, len(d))
+	r.p.stats.RepairBytes += uint64(len(d))
 	r.buf = nil
 }
 
-// onXmitReq handles another member's retransmission request: repair if we
-// are the target (or hold a departed target's data), else take it as a
-// suppression signal for our own request.
-func (p *Protocol) onXmitReq(h wire.Header, body []byte, now time.Duration) error {
+// onXmitReq handles another member's retransmission request (size is the
+// datagram's length, which earns the requester repair credit): repair if
+// we are the target (or hold a departed target's data), else take it as a
+// suppression signal for our own request. A request from a member that
+// may not make requests (peer) is dropped and counted (Drops.Stranger).
+func (p *Protocol) onXmitReq(h wire.Header, body []byte, size int, now time.Duration) error {
 	req, err := wire.DecodeXmitReq(h, body)
 	if err != nil {
 		p.stats.Drops.Malformed++
 		return err
 	}
+	if !p.peer(h.Sender) {
+		p.stats.Drops.Stranger++
+		return nil
+	}
 	p.stats.NakReceived++
 	if req.Target == p.self {
-		p.repair(p.own, h.Sender, &req, now)
+		p.repair(p.own, h.Sender, p.earnCredit(h.Sender, size), &req, now)
 		return nil
 	}
 	s := p.senders[req.Target]
@@ -364,7 +396,7 @@ func (p *Protocol) onXmitReq(h wire.Header, body []byte, now time.Duration) erro
 		return nil
 	}
 	if s.state == departed {
-		p.queueRepair(s, &req, now)
+		p.queueRepair(s, p.earnCredit(h.Sender, size), &req, now)
 		return nil
 	}
 	p.suppress(s, &req, now)
@@ -383,12 +415,12 @@ func (p *Protocol) onXmitReq(h wire.Header, body []byte, now time.Duration) erro
 // that is still installing our view cannot be behind our low (stability
 // waits for its report in our view): if it is, its next request, in our
 // view, gets the answer.
-func (p *Protocol) repair(s *sender, requester digest.Member, req *wire.XmitReq, now time.Duration) {
+func (p *Protocol) repair(s *sender, requester digest.Member, credit *repairCredit, req *wire.XmitReq, now time.Duration) {
 	if s.win == nil {
 		return
 	}
 	w := s.win
-	r := repairer{p: p, origin: s.m}
+	r := repairer{p: p, origin: s.m, credit: credit}
 	var missing wire.Range
 	hi := w.Received()
 	for i := 0; i < req.Ranges.Len(); i++ {
@@ -428,7 +460,7 @@ func (p *Protocol) repair(s *sender, requester digest.Member, req *wire.XmitReq,
 
 // repairRange adds s's held messages in rg to r, skipping those repaired
 // within the linger or, by anyone, at or after since. It returns false
-// once the repair budget is spent.
+// once the repair budget or the requester's credit is spent.
 func (p *Protocol) repairRange(s *sender, r *repairer, rg wire.Range, now, since time.Duration) bool {
 	w := s.win
 	if s.stamps == nil {
@@ -452,6 +484,10 @@ func (p *Protocol) repairRange(s *sender, r *repairer, rg wire.Range, now, since
 				continue
 			}
 		}
+		if !r.afford(m) {
+			p.stats.RepairsOverCredit++
+			return false
+		}
 		if !p.repairAllowed(now) {
 			return false
 		}
@@ -464,13 +500,14 @@ func (p *Protocol) repairRange(s *sender, r *repairer, rg wire.Range, now, since
 // queueRepair takes a request for a departed sender's messages: every
 // member holding them may answer, so the repair waits a random delay
 // (Config.RepairJitter) during which a repair seen from another member
-// suppresses ours (stamped on receipt, see stampDeparted).
-func (p *Protocol) queueRepair(s *sender, req *wire.XmitReq, now time.Duration) {
+// suppresses ours (stamped on receipt, see stampDeparted). What is queued
+// is charged to the requester's credit at once (chargeRange).
+func (p *Protocol) queueRepair(s *sender, credit *repairCredit, req *wire.XmitReq, now time.Duration) {
 	if s.win == nil {
 		return
 	}
 	if p.cfg.RepairJitter <= 0 {
-		p.repair(s, digest.Member{}, req, now)
+		p.repair(s, digest.Member{}, credit, req, now)
 		return
 	}
 	w := s.win
@@ -485,6 +522,9 @@ func (p *Protocol) queueRepair(s *sender, req *wire.XmitReq, now time.Duration) 
 		rg.To = min(rg.To, hi)
 		if rg.From > rg.To {
 			continue
+		}
+		if rg = p.chargeRange(s, rg, credit); rg.From > rg.To {
+			break
 		}
 		s.rq = addRange(s.rq, rg, p.cfg.MaxNakRanges)
 	}
