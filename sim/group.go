@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash"
 	"hash/fnv"
+	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -68,12 +69,15 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 	for i := range cfg.Members {
 		g.View.Members = append(g.View.Members, GroupMember(i))
 	}
+	g.Meter.Only(g.View.Members)
 	for i := range cfg.Members {
+		nonces := rand.New(rand.NewPCG(cfg.Seed, 0x6e6f6e6365+uint64(i)))
 		nc := nakack.Config{
 			Self:  GroupMember(i),
 			Group: cfg.Group,
 			Pool:  wire.NewPool(cfg.MaxDatagram, 0),
 			Seed:  cfg.Seed*1_000_003 + uint64(i),
+			Nonce: nonces.Uint64,
 		}
 		if cfg.Configure != nil {
 			cfg.Configure(i, &nc)

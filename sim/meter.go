@@ -25,6 +25,9 @@ type Meter struct {
 	LastRetransmission time.Duration
 	// DecodeErrors counts datagrams the meter could not decode.
 	DecodeErrors uint64
+	// only, when set, limits the meter to the datagrams these members
+	// send (a group's meter ignores a simulated attacker's).
+	only map[digest.Member]bool
 }
 
 // NewMeter returns a meter for group, fed by a tap on s.
@@ -34,8 +37,16 @@ func NewMeter(s *Sim, group uint32) *Meter {
 	return m
 }
 
+// Only limits the meter to datagrams sent by members.
+func (m *Meter) Only(members []digest.Member) {
+	m.only = make(map[digest.Member]bool, len(members))
+	for _, mem := range members {
+		m.only[mem] = true
+	}
+}
+
 func (m *Meter) tap(ev TapEvent) {
-	if ev.Kind != TapSend {
+	if ev.Kind != TapSend || (m.only != nil && !m.only[ev.From]) {
 		return
 	}
 	h, body, err := wire.DecodeHeader(ev.Data, m.group)
