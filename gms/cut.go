@@ -364,7 +364,9 @@ func (g *GMS) closeMemberCut(sender digest.Member, now time.Duration) {
 }
 
 func (g *GMS) onCutAck(m *msg, now time.Duration) {
-	g.onCutAckFrom(m.sender, m.member, now)
+	if g.view.Contains(m.sender) {
+		g.onCutAckFrom(m.sender, m.member, now)
+	}
 }
 
 func (g *GMS) onCutAckFrom(from, sender digest.Member, now time.Duration) {

@@ -366,6 +366,10 @@ func (g *GMS) onSuspect(m *msg, now time.Duration) {
 	if g.status != StatusMember || m.view != g.view.ID {
 		return
 	}
+	if !g.view.Contains(m.sender) {
+		g.stats.Refused++ // only a member of the view reports suspicions
+		return
+	}
 	if g.IsCoordinator() {
 		for _, s := range m.members {
 			if s != g.self.Member && g.view.Contains(s) {
@@ -462,7 +466,7 @@ func (g *GMS) tickLeave(now time.Duration) {
 // line when the coordinator itself leaves); kind 1 our leave is complete.
 func (g *GMS) onLeave(m *msg, now time.Duration) {
 	if m.kind == 1 {
-		if g.status == StatusLeaving {
+		if g.status == StatusLeaving && g.view.Contains(m.sender) {
 			g.exit(nil, now)
 		}
 		return

@@ -16,6 +16,7 @@ const Never time.Duration = 1<<63 - 1
 // Stats counts what a GMS did. Every field only grows.
 type Stats struct {
 	Malformed        uint64 // datagrams that failed to decode
+	Refused          uint64 // views, JoinRsps, suspicions, state requests, leaves and merge requests from a member not entitled to send them
 	ViewsInstalled   uint64 // views this member installed
 	JoinRspRejected  uint64 // JoinRsps the joiner refused (view/digest mismatch, not for us)
 	JoinRspSent      uint64 // JoinRsps sent (resends included)

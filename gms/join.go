@@ -215,12 +215,21 @@ func validateJoinRsp(v View, d digest.Digest, self digest.Member) error {
 
 // onJoinRsp: kind 0 view + digest for one of our incarnations, kind 1 a
 // redirect to the coordinator.
+//
+// A JoinRsp counts only from the member the JOIN_REQ went to (join.coord;
+// the driver checks that it came from the address it was sent to): a
+// stranger cannot hand a joiner a view.
 func (g *GMS) onJoinRsp(m *msg, now time.Duration) {
-	if g.status == StatusMember && m.has(secView) && m.v.ID == g.view.ID && m.member == g.self.Member {
+	if g.status == StatusMember && m.has(secView) && m.v.ID == g.view.ID && m.member == g.self.Member &&
+		m.sender == g.view.Coord().Member {
 		g.send(g.view.Coord(), &msg{typ: typeViewAck, view: g.view.ID}) // our ack was lost
 		return
 	}
 	if g.status != StatusJoining {
+		return
+	}
+	if m.sender != g.join.coord.Member {
+		g.stats.Refused++
 		return
 	}
 	if m.kind == 1 {
@@ -630,6 +639,11 @@ func (g *GMS) coordDeadlines(at func(time.Duration)) {
 // onView installs a view from the coordinator (kind 0) or a merge view with
 // its digest (kind 1); kind 2 is an exclusion notice (noticeExcluded): a
 // view that does not contain us, which only tells us we were excluded.
+//
+// A view counts only from a member entitled to send it (viewFrom): its
+// coordinator, a member of our view; for a merge view also our own
+// coordinator relaying it, or, at a coordinator holding its capture for
+// that merge, the merge's leader.
 func (g *GMS) onView(m *msg, now time.Duration) {
 	if (g.status != StatusMember && g.status != StatusLeaving) || !m.has(secView) {
 		return
@@ -639,6 +653,10 @@ func (g *GMS) onView(m *msg, now time.Duration) {
 		g.stats.Malformed++
 		return
 	}
+	if !g.viewFrom(m) {
+		g.stats.Refused++
+		return
+	}
 	if m.kind == 2 && (m.member != g.self.Member || v.Contains(g.self.Member)) {
 		// An exclusion notice (noticeExcluded) for another incarnation,
 		// or that excludes nobody: never installed.
@@ -646,6 +664,7 @@ func (g *GMS) onView(m *msg, now time.Duration) {
 	}
 	if v.ID == g.view.ID {
 		g.send(v.Coord(), &msg{typ: typeViewAck, view: v.ID}) // our ack was lost
+		g.relayMergeView(m)                                   // or one of our partition's
 		return
 	}
 	if v.ID.Counter <= g.view.ID.Counter {
@@ -675,8 +694,48 @@ func (g *GMS) onView(m *msg, now time.Duration) {
 			return
 		}
 		g.installMergeView(v, m.dig, now)
+		g.relayMergeView(m)
 	} else {
 		g.installView(v, digest.Digest{}, now)
 	}
 	g.send(v.Coord(), &msg{typ: typeViewAck, view: v.ID})
+}
+
+// viewFrom reports whether m, a view (kind 0), merge view (1) or exclusion
+// notice (2), comes from a member entitled to send it: the view's
+// coordinator, a member of our view (a regular view change, a takeover, a
+// merge led from our partition); for an exclusion notice any member of our
+// view (the coordinator of the view it names); for a merge view also our
+// coordinator relaying it to us (relayMergeView) or, at a coordinator that
+// holds its capture for the merge m.id, the leader it answered.
+func (g *GMS) viewFrom(m *msg) bool {
+	inView := g.view.Contains(m.sender)
+	switch m.kind {
+	case 0:
+		return inView && m.sender == m.v.ID.Coord
+	case 1:
+		if inView && m.sender == m.v.ID.Coord {
+			return true
+		}
+		if m.sender == g.view.Coord().Member && m.v.Contains(m.sender) {
+			return true
+		}
+		h := g.hold
+		return h != nil && h.id == m.id && h.leader.Member == m.sender && m.sender == m.v.ID.Coord
+	}
+	return inView
+}
+
+// relayMergeView passes a merge view this coordinator took from the
+// merge's leader (it holds its capture for that merge) on to the members
+// of its partition, who take views only from members of their view: the
+// leader is not one. Sent again whenever the leader resends it.
+func (g *GMS) relayMergeView(m *msg) {
+	h := g.hold
+	if m.kind != 1 || h == nil || h.id != m.id || h.leader.Member != m.sender {
+		return
+	}
+	r := &msg{typ: typeView, kind: 1, view: m.v.ID, id: m.id}
+	r.withView(m.v).withDigest(m.dig)
+	g.multicast(r)
 }

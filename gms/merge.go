@@ -80,6 +80,10 @@ func (g *GMS) onMergeReq(m *msg, now time.Duration) {
 	if !g.IsCoordinator() || m.addr == "" {
 		return
 	}
+	if g.view.Contains(m.sender) {
+		g.stats.Refused++ // a member of our view does not lead another partition
+		return
+	}
 	if h := g.hold; h != nil && h.id == m.id {
 		if h.leader.Member == m.sender {
 			g.sendRaw(leader, h.rsp) // a repeat: our answer (or its request) was lost
@@ -294,12 +298,42 @@ func (g *GMS) tickMerge(now time.Duration) {
 	}
 	if ms.installed && now >= ms.resendAt {
 		ms.resendAt = now + g.cfg.ViewAckTimeout
-		for _, p := range ms.view.Members {
-			if !ms.acks[p.Member] {
-				g.sendRaw(p, ms.viewMsg)
-			}
+		g.resendMergeView(ms)
+	}
+}
+
+// resendMergeView sends the merge view again to the members that have not
+// acknowledged it: directly to those of our partition and to the other
+// coordinators, and through its coordinator (which relays it:
+// relayMergeView) to a member of another partition, which takes views only
+// from members of its own.
+func (g *GMS) resendMergeView(ms *mergeState) {
+	relay := make(map[digest.Member]bool)
+	for _, p := range ms.view.Members {
+		if ms.acks[p.Member] {
+			continue
+		}
+		o, ok := ms.partitionOf(p.Member)
+		if !ok || o.Member == p.Member {
+			g.sendRaw(p, ms.viewMsg)
+			continue
+		}
+		if !relay[o.Member] {
+			relay[o.Member] = true
+			g.sendRaw(o, ms.viewMsg)
 		}
 	}
+}
+
+// partitionOf returns the coordinator of the other partition m came from
+// (false: m was in ours).
+func (ms *mergeState) partitionOf(m digest.Member) (Peer, bool) {
+	for _, o := range ms.others {
+		if r := ms.rsps[o.Member]; r != nil && r.v.Contains(m) {
+			return o, true
+		}
+	}
+	return Peer{}, false
 }
 
 func (g *GMS) mergeDeadlines(at func(time.Duration)) {

@@ -178,6 +178,10 @@ func (g *GMS) onStateReq(m *msg, now time.Duration) {
 	if g.status != StatusMember || m.addr == "" {
 		return
 	}
+	if !g.view.Contains(m.sender) {
+		g.stats.Refused++ // the state is the group's: only for a member of the view
+		return
+	}
 	if p, ok := g.prov[m.id]; ok {
 		p.rewind()
 		g.pumpState(p)
