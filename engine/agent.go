@@ -43,7 +43,7 @@ type agent struct {
 	srcs   []netip.AddrPort
 	nread  int
 	loss   *rand.Rand
-	addrs  map[digest.Member]netip.AddrPort
+	routes *routes // who may send what from where, and where unicasts go (routes.go)
 	group  uint32
 	small  int // datagrams up to this size are copied into a smaller buffer
 
@@ -146,8 +146,7 @@ func (a *agent) init(m *Member) {
 	a.sizes = make([]int, bs)
 	a.srcs = make([]netip.AddrPort, bs)
 	a.loss = newLossRNG(m.cfg.LossSeed, m.cfg.Self)
-	a.addrs = make(map[digest.Member]netip.AddrPort, len(m.cfg.Members))
-	a.addrs[m.cfg.Self] = m.tr.LocalAddr()
+	a.routes = newRoutes(m.cfg.Self, m.tr.LocalAddr())
 	a.gaddrs = make(map[string]netip.AddrPort)
 	a.group = m.cfg.GroupID
 	a.small = m.cfg.MaxDatagram / 8
@@ -176,7 +175,7 @@ func (a *agent) newIncarnation(self digest.Member) {
 	a.sentBytes, a.lastSeq = 0, 0
 	a.protoFull, a.unflushed = false, false
 	a.left = false
-	a.addrs[self] = a.m.tr.LocalAddr()
+	a.routes.setSelf(self, a.m.tr.LocalAddr())
 }
 
 // inFlight returns the payload bytes this member sent that are not stable
@@ -580,8 +579,8 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	return work, deadline, finished
 }
 
-// receiveOne hands datagram i to the protocol: loss injection, address
-// learning, small-datagram compaction.
+// receiveOne hands datagram i to the protocol: loss injection, the routing
+// table's check of its source (admit), small-datagram compaction.
 func (a *agent) receiveOne(i int, now time.Duration) {
 	m := a.m
 	b := a.rbufs[i]
@@ -590,7 +589,7 @@ func (a *agent) receiveOne(i int, now time.Duration) {
 		m.ctr.dropInjected.Add(1)
 		return // keep the buffer in its slot for the next read
 	}
-	h, _, err := wire.DecodeHeader(b.B[:n], a.group)
+	h, body, err := wire.DecodeHeader(b.B[:n], a.group)
 	if err != nil {
 		// Dropped before the protocol; the buffer stays in its slot.
 		if errors.Is(err, wire.ErrForeignGroup) {
@@ -603,12 +602,8 @@ func (a *agent) receiveOne(i int, now time.Duration) {
 	if (m.sec != nil || h.Auth()) && !a.verify(b.B[:n], h, now) {
 		return // counted by reason; the buffer stays in its slot
 	}
-	if src := a.srcs[i]; src.IsValid() {
-		if old, ok := a.addrs[h.Sender]; !ok || old != src {
-			if len(a.addrs) < 4*a.viewSize+64 {
-				a.addrs[h.Sender] = src
-			}
-		}
+	if !a.admit(h, body, a.srcs[i], now) {
+		return // counted; the buffer stays in its slot
 	}
 	if m.g != nil {
 		if gms.IsMembership(h.Type) {
@@ -926,14 +921,14 @@ func (a *agent) takeTokens(n int, now time.Duration) bool {
 }
 
 // queue adds one outgoing datagram to the write batch, resolving a unicast
-// destination through the addresses learned from received datagrams; an
-// unknown member is reached through the group (every member decodes it and
-// the protocol ignores what is not for it).
+// destination through the routing table; a member without an address (a
+// static member not bound yet) is reached through the group (every member
+// decodes it and the protocol ignores what is not for it).
 func (a *agent) queue(w *wbatch, to digest.Member, b *wire.Buffer) {
 	var dst netip.AddrPort
 	if !to.IsZero() {
 		var ok bool
-		if dst, ok = a.addrs[to]; !ok {
+		if dst, ok = a.routes.lookup(to); !ok {
 			a.m.ctr.unicastViaGroup.Add(1)
 		}
 	}
@@ -999,6 +994,7 @@ func (a *agent) queueGMS(w *wbatch) {
 				}
 				a.gaddrs[o.To.Addr], dst = d, d
 			}
+			a.routes.noteExchange(o.To.Member, dst)
 		}
 		w.q = append(w.q, nil)
 		w.b = append(w.b, o.Data)
@@ -1170,6 +1166,9 @@ const lagCheckInterval = 100 * time.Millisecond
 func (a *agent) checkLag(now time.Duration) {
 	a.lagCheckAt = now + lagCheckInterval
 	m := a.m
+	if m.g != nil {
+		a.pruneRoutes()
+	}
 	var worst uint64
 	p := m.proto
 	self := p.Self()

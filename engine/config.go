@@ -249,6 +249,16 @@ type Config struct {
 	// Members is the static view, coordinator first; nil (the default)
 	// joins the group dynamically through gms.
 	Members []digest.Member
+	// MemberAddrs, with static membership, gives every member's unicast
+	// address (its Unicast), in the order of Members: a datagram that
+	// claims a member is taken only from that address, and unicasts go
+	// there, from the start. Without it a static member's address is bound
+	// on first contact, by an ADDRESS challenge that an off-path spoofer
+	// cannot answer; a stranger that can receive at its own address and
+	// claims a member before that member is first heard can (README,
+	// "Security"). This member's own entry is its Unicast address (Unicast
+	// may be left unset: it is taken from here).
+	MemberAddrs []netip.AddrPort
 
 	// InitialHosts, with dynamic membership, replaces multicast discovery:
 	// discovery requests are unicast to these members' unicast addresses
@@ -512,6 +522,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.TTL < 0 || c.TTL > maxTTL {
 		return bad("TTL %d: want 0..%d", c.TTL, maxTTL)
 	}
+	if err := c.staticAddrs(g); err != nil {
+		return c, err
+	}
 	if !c.Unicast.IsValid() {
 		if g.Is4() {
 			c.Unicast = netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), 0)
@@ -568,6 +581,7 @@ func (c Config) withDefaults() (Config, error) {
 		if len(c.InitialHosts) > 0 {
 			return bad("InitialHosts %v: need dynamic membership (Members nil)", c.InitialHosts)
 		}
+		c.MemberAddrs = append([]netip.AddrPort(nil), c.MemberAddrs...)
 		c.Members = append([]digest.Member(nil), c.Members...)
 		seen := make(map[digest.Member]bool, len(c.Members))
 		self := false
@@ -710,6 +724,36 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	return c, nil
+}
+
+// staticAddrs checks MemberAddrs against Members and the group g's
+// family, and takes Unicast from this member's entry when it is unset.
+func (c *Config) staticAddrs(g netip.Addr) error {
+	if c.MemberAddrs == nil {
+		return nil
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	if len(c.MemberAddrs) != len(c.Members) {
+		return bad("MemberAddrs: %d addresses for %d Members (want one per member, in the same order)", len(c.MemberAddrs), len(c.Members))
+	}
+	for i, a := range c.MemberAddrs {
+		ad := a.Addr()
+		if !a.IsValid() || a.Port() == 0 || ad.IsMulticast() || ad.IsUnspecified() || ad.Is4() != g.Is4() ||
+			(!ad.IsLoopback() && !c.AllowNonLoopback) {
+			return bad("MemberAddrs[%d] %v: want a unicast address and port of the group's family (loopback unless AllowNonLoopback)", i, a)
+		}
+		if c.Members[i] != c.Self {
+			continue
+		}
+		if !c.Unicast.IsValid() {
+			c.Unicast = a
+		} else if c.Unicast != a {
+			return bad("MemberAddrs[%d] %v: this member's entry must be its Unicast %v", i, a, c.Unicast)
+		}
+	}
+	return nil
 }
 
 // Validate reports whether Open would accept c, without opening anything.

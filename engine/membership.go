@@ -116,6 +116,34 @@ func (m *Member) dropProtocol() {
 	m.lastProto = p
 }
 
+// routeView installs v's addresses in the routing table (an address that
+// does not parse, or that the transport may not send to, leaves its member
+// unreachable and unheard) and forgets the departed members whose windows
+// the protocol closed.
+func (a *agent) routeView(v gms.View) {
+	peers := make(map[digest.Member]netip.AddrPort, len(v.Members))
+	for _, p := range v.Members {
+		if ap, err := netip.ParseAddrPort(p.Addr); err == nil && a.unicastOK(ap) {
+			peers[p.Member] = ap
+		}
+	}
+	a.routes.setView(peers)
+	a.pruneRoutes()
+}
+
+// pruneRoutes forgets departed members whose windows the protocol closed
+// (dynamic membership; called on views and every lag check).
+func (a *agent) pruneRoutes() {
+	p := a.m.proto
+	a.routes.pruneDeparted(func(mem digest.Member) bool {
+		if p == nil {
+			return false
+		}
+		_, ok := p.WindowState(mem)
+		return ok
+	})
+}
+
 // listener receives gms events on the agent goroutine, under the lock.
 type listener Member
 
@@ -125,15 +153,7 @@ func (l *listener) ViewInstalled(v gms.View) {
 	a := &m.ag
 	m.view = v
 	a.viewSize = len(v.Members)
-	self := m.Self()
-	for _, p := range v.Members {
-		if p.Member == self {
-			continue
-		}
-		if ap, err := netip.ParseAddrPort(p.Addr); err == nil {
-			a.addrs[p.Member] = ap
-		}
-	}
+	a.routeView(v)
 	m.events.push(Event{Kind: EventView, View: v.ID, Members: v.IDs()})
 	m.log.l.Debug("view installed", "view", v.String())
 	if !m.joined {

@@ -39,6 +39,11 @@ type counters struct {
 	membershipIn         atomic.Uint64
 	dropNotJoined        atomic.Uint64
 	dropBadAddress       atomic.Uint64
+	dropWrongSource      atomic.Uint64
+	dropNotMember        atomic.Uint64
+	dropUnverified       atomic.Uint64
+	addressProbes        atomic.Uint64
+	addressesBound       atomic.Uint64
 	suspicions           atomic.Uint64
 	unsuspicions         atomic.Uint64
 	dropAuth             [auth.NumReasons]atomic.Uint64
@@ -51,8 +56,22 @@ type Drops struct {
 	Malformed uint64
 	// ForeignGroup: datagrams of another group (group id) on our port.
 	ForeignGroup uint64
-	// NotMember: datagrams from senders outside the view.
+	// NotMember: datagrams from senders outside the view (and without a
+	// membership exchange under way with this member), other than the
+	// membership datagrams gms takes from them (discovery, joins, merges).
 	NotMember uint64
+	// WrongSource: datagrams that claim a member of the view (or a peer in
+	// a membership exchange) and came from another address than its own:
+	// a stranger using its identity.
+	WrongSource uint64
+	// Unverified: with static membership, control datagrams from a member
+	// whose address is not bound yet (they repeat once it is), and
+	// ADDRESS challenges and echoes that do not check out.
+	Unverified uint64
+	// Stranger: protocol control datagrams from a member that may not send
+	// them to this member (nakack Drops.Stranger: an XMIT_REQ, CHALLENGE
+	// or HIGHEST from outside the view).
+	Stranger uint64
 	// RingFull: messages beyond a receive window's capacity.
 	RingFull uint64
 	// WrongView: control messages for another view or coordinator.
@@ -182,7 +201,12 @@ type Stats struct {
 	Suspicions   uint64
 	Unsuspicions uint64
 	MembershipIn uint64
-	Drops        Drops
+	// AddressProbes counts the ADDRESS challenges sent and AddressesBound
+	// the static members bound to their address by the echo (static
+	// membership without Config.MemberAddrs).
+	AddressProbes  uint64
+	AddressesBound uint64
+	Drops          Drops
 	// Auth is the authentication mode and state (Config.Keys).
 	Auth AuthStats
 	// View is the installed view (zero while not in one) and Members its
@@ -266,13 +290,18 @@ func (m *Member) Stats() Stats {
 		Suspicions:           m.ctr.suspicions.Load(),
 		Unsuspicions:         m.ctr.unsuspicions.Load(),
 		MembershipIn:         m.ctr.membershipIn.Load(),
+		AddressProbes:        m.ctr.addressProbes.Load(),
+		AddressesBound:       m.ctr.addressesBound.Load(),
 		View:                 view.ID,
 		Members:              append([]digest.Member(nil), view.Members...),
 		Membership:           gs,
 		Drops: Drops{
 			Malformed:    ps.Drops.Malformed + m.ctr.dropMalformed.Load(),
 			ForeignGroup: m.ctr.dropForeignGroup.Load(),
-			NotMember:    ps.Drops.NotMember,
+			NotMember:    ps.Drops.NotMember + m.ctr.dropNotMember.Load(),
+			WrongSource:  m.ctr.dropWrongSource.Load(),
+			Unverified:   m.ctr.dropUnverified.Load(),
+			Stranger:     ps.Drops.Stranger,
 			RingFull:     ps.Drops.Full,
 			WrongView:    ps.Drops.WrongView,
 			NoBuffer:     ps.Drops.NoBuffer + m.ctr.dropNoBuffer.Load(),

@@ -74,6 +74,16 @@ func New(m *engine.Member, constLabels prometheus.Labels) *Collector {
 	counter("suspicions_total", "Members this member started suspecting (EventSuspect).", func(s *engine.Stats) uint64 { return s.Suspicions })
 	counter("unsuspicions_total", "Suspicions withdrawn: the suspect was heard again and stayed (EventUnsuspect).", func(s *engine.Stats) uint64 { return s.Unsuspicions })
 	counter("membership_datagrams_received_total", "Membership (gms) datagrams received.", func(s *engine.Stats) uint64 { return s.MembershipIn })
+	counter("address_probes_total", "ADDRESS challenges sent to bind a static member's address.", func(s *engine.Stats) uint64 { return s.AddressProbes })
+	counter("addresses_bound_total", "Static members bound to their address by the echo of a challenge.", func(s *engine.Stats) uint64 { return s.AddressesBound })
+	counter("repair_bytes_total", "Bytes of repair datagrams sent.", func(s *engine.Stats) uint64 { return s.Protocol.RepairBytes })
+	counter("nak_bytes_received_total", "Bytes of retransmission requests received from members (what earns them repair credit).", func(s *engine.Stats) uint64 { return s.Protocol.NakBytes })
+	counter("repairs_over_credit_total", "Repair messages not sent: the requester's repair credit was spent.", func(s *engine.Stats) uint64 { return s.Protocol.RepairsOverCredit })
+	counter("challenges_sent_total", "CHALLENGEs sent to confirm a MSG_NOT_FOUND.", func(s *engine.Stats) uint64 { return s.Protocol.ChallengesSent })
+	counter("challenges_expired_total", "MSG_NOT_FOUNDs given up: their sender never echoed the challenge.", func(s *engine.Stats) uint64 { return s.Protocol.ChallengesExpired })
+	counter("msg_not_found_confirmed_total", "MSG_NOT_FOUNDs acted on (confirmed by the sender, or authenticated).", func(s *engine.Stats) uint64 { return s.Protocol.NotFoundConfirmed })
+	counter("challenges_answered_total", "Challenges of others echoed: none of the seqnos were held.", func(s *engine.Stats) uint64 { return s.Protocol.ChallengesAnswered })
+	counter("challenges_refused_total", "Challenges of others not echoed: some of the seqnos were still held.", func(s *engine.Stats) uint64 { return s.Protocol.ChallengesRefused })
 	gauge("view_members", "Members of the installed view (0 while not in one).", func(s *engine.Stats) float64 { return float64(len(s.Members)) })
 	gauge("view_counter", "Counter of the installed view's id (it grows with every view change of the coordinator).", func(s *engine.Stats) float64 { return float64(s.View.Counter) })
 	counter("socket_truncated_total", "Datagrams longer than the buffer they were read into.", func(s *engine.Stats) uint64 { return s.Socket.Truncated })
@@ -124,6 +134,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		{"not_joined", d.NotJoined}, {"bad_address", d.BadAddress}, {"departed", d.Departed},
 		{"auth_no_trailer", d.Auth.NoTrailer}, {"auth_unknown_key", d.Auth.UnknownKey}, {"auth_replay", d.Auth.Replay},
 		{"auth_too_old", d.Auth.TooOld}, {"auth_throttled", d.Auth.Throttled}, {"auth_bad_tag", d.Auth.BadTag}, {"auth_no_key", d.Auth.NoKey},
+		{"wrong_source", d.WrongSource}, {"unverified", d.Unverified}, {"stranger", d.Stranger},
 	} {
 		ch <- prometheus.MustNewConstMetric(c.drops, prometheus.CounterValue, float64(r.v), r.reason)
 	}

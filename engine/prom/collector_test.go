@@ -33,10 +33,16 @@ func TestCollector(t *testing.T) {
 		require.NoError(t, err)
 		byName := map[string]float64{}
 		gauges := map[string]float64{}
+		reasons := map[string]bool{}
 		for _, mf := range mfs {
 			for _, mt := range mf.GetMetric() {
 				if c := mt.GetCounter(); c != nil {
 					byName[mf.GetName()] += c.GetValue()
+				}
+				for _, l := range mt.GetLabel() {
+					if mf.GetName() == "nakcast_drops_total" && l.GetName() == "reason" {
+						reasons[l.GetValue()] = true
+					}
 				}
 				if g := mt.GetGauge(); g != nil {
 					gauges[mf.GetName()] = g.GetValue()
@@ -44,6 +50,11 @@ func TestCollector(t *testing.T) {
 			}
 		}
 		require.Contains(t, byName, "nakcast_drops_total")
+		for _, r := range []string{"wrong_source", "not_member", "unverified", "stranger", "malformed"} {
+			require.True(t, reasons[r], "drop reason %q", r)
+		}
+		require.Contains(t, byName, "nakcast_repair_bytes_total")
+		require.Contains(t, byName, "nakcast_challenges_sent_total")
 		require.Contains(t, byName, "nakcast_suspicions_total")
 		require.Contains(t, byName, "nakcast_unsuspicions_total")
 		require.Equal(t, float64(len(m.Stats().Members)), gauges["nakcast_view_members"])
