@@ -59,9 +59,14 @@ type MemberConfig struct {
 	// Group, Interface, Unicast, TTL, AllowNonLoopback and NoLoopback go
 	// to engine.Config as they are (Group is required). NoLoopback is for
 	// a member alone in its network namespace (the netns mode sets it).
-	Group            netip.AddrPort
-	Interface        string
-	Unicast          netip.AddrPort
+	Group     netip.AddrPort
+	Interface string
+	Unicast   netip.AddrPort
+	// Addrs, if set, is every member's unicast address in view order
+	// (engine.Config.MemberAddrs): members take datagrams claiming a member
+	// only from its address, from the start. Unicast must then be
+	// Addrs[Index] (or unset).
+	Addrs            []netip.AddrPort
 	TTL              int
 	AllowNonLoopback bool
 	NoLoopback       bool
@@ -219,7 +224,7 @@ func (c MemberConfig) engineConfig(h engine.Handler) engine.Config {
 	return engine.Config{
 		Group: c.Group, Interface: c.Interface, Unicast: c.Unicast, TTL: c.TTL,
 		AllowNonLoopback: c.AllowNonLoopback, NoLoopback: c.NoLoopback, Transport: c.Transport,
-		Self: ids[c.Index], Members: ids,
+		Self: ids[c.Index], Members: ids, MemberAddrs: c.Addrs,
 		MaxDatagram: c.MaxDatagram, BundleBytes: c.BundleBytes, BundleDelay: c.BundleDelay,
 		Window: c.Window, RecvBuffer: c.RecvBuffer, BatchSize: c.BatchSize,
 		Idle: c.Idle, Threading: c.Threading, LossRate: c.LossRate, LossSeed: c.RunID ^ uint64(c.Index),

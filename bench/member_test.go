@@ -307,6 +307,8 @@ func TestMemberMainDiscardOwn(t *testing.T) {
 func TestMemberArgsRoundTrip(t *testing.T) {
 	want := MemberConfig{RunID: 77, Index: 1, Members: 3, Senders: []int{0, 2}, Group: netip.MustParseAddrPort("239.1.2.3:4567"),
 		Interface: "lo", Unicast: netip.MustParseAddrPort("127.0.0.1:4568"), TTL: 0, MsgSize: 300, Count: 1234,
+		Addrs: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.2:4568"), netip.MustParseAddrPort("127.0.0.1:4568"),
+			netip.MustParseAddrPort("127.0.0.3:4568")},
 		Duration: 3 * time.Second, LossRate: 0.05, Idle: engine.IdleSpin, Threading: engine.ThreadingInvoked,
 		Transport: engine.TransportUDP, MaxDatagram: 8000, BundleBytes: 4000, SampleEvery: 16, SendBatch: 32,
 		Timeout: 9 * time.Second, DiscardOwn: true, ExclusiveSender: true, NoGSO: true, NoLoopback: true, XDPMode: "generic"}

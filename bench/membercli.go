@@ -74,6 +74,13 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 		a = append(a, "-xdp-mode", cfg.XDPMode)
 	}
 	a = appendAuthArgs(a, cfg.KeyFile, cfg.Encrypt, cfg.Insecure)
+	if len(cfg.Addrs) > 0 {
+		addrs := make([]string, len(cfg.Addrs))
+		for i, ad := range cfg.Addrs {
+			addrs[i] = ad.String()
+		}
+		a = append(a, "-addrs", strings.Join(addrs, ","))
+	}
 	return appendProcessArgs(a, cfg.Interface, cfg.Unicast, cfg.TTL, cfg.Timeout, waitStart)
 }
 
@@ -136,6 +143,7 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 	keyFile := fs.String("key-file", "", "group key file (lines \"ID HEX\", current key first; engine.Config.Keys): authenticated datagrams")
 	encrypt := fs.Bool("encrypt", false, "with -key-file, also encrypt datagram bodies (engine.Config.Encrypt)")
 	insecure := fs.Bool("insecure", false, "open mode off loopback: datagrams not authenticated (engine.Config.Insecure)")
+	addrs := fs.String("addrs", "", "every member's unicast ADDR:PORT in view order, comma-separated (engine.Config.MemberAddrs; default: bound on first contact)")
 	outFile := fs.String("out", "-", "result file (- for stdout)")
 	wait := fs.Bool("wait-start", false, "print "+ReadyLine+" once open, then wait for a line on stdin before sending")
 	if err := fs.Parse(args); err != nil {
@@ -170,6 +178,16 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 		if cfg.Unicast, err = netip.ParseAddrPort(*unicast); err != nil {
 			return bad("-unicast %q: %v", *unicast, err)
 		}
+	}
+	for _, a := range strings.Split(*addrs, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		ap, err := netip.ParseAddrPort(a)
+		if err != nil {
+			return bad("-addrs %q: %v", a, err)
+		}
+		cfg.Addrs = append(cfg.Addrs, ap)
 	}
 	cfg.AllowNonLoopback = *iface != "lo"
 	cfg.Encrypt, cfg.Insecure = *encrypt, *insecure

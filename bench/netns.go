@@ -231,6 +231,11 @@ type NetnsRunConfig struct {
 // them.
 var NetnsGroup = netip.MustParseAddrPort("239.77.1.1:45600")
 
+// NetnsUnicastPort is the unicast port of every member of RunNetns, each
+// alone in its namespace: the members know each other's addresses from
+// the start (MemberConfig.Addrs).
+const NetnsUnicastPort = 45601
+
 // RunNetns runs one member process per namespace (making the namespaces
 // unless cfg.Netns is set), starts them together, waits for them and
 // returns their results in view order (a member that wrote none has a zero
@@ -277,10 +282,14 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 		senders[s] = true
 	}
 	specs := make([]procSpec, mc.Members)
+	mc.Addrs = make([]netip.AddrPort, mc.Members)
+	for i := range mc.Addrs {
+		mc.Addrs[i] = netip.AddrPortFrom(ns.Addrs[i], NetnsUnicastPort)
+	}
 	for i := range specs {
 		c := mc
 		c.Index = i
-		c.Unicast = netip.AddrPortFrom(ns.Addrs[i], 0)
+		c.Unicast = mc.Addrs[i]
 		if senders[i] {
 			c.LossRate = 0
 		}

@@ -43,6 +43,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if os.Getenv(attackerEnv) == "1" {
+		if err := attackerMain(os.Args[1:], os.Stdin); err != nil {
+			fmt.Fprintln(os.Stderr, "attacker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv(rawMemberEnv) == "1" {
 		if err := RawMemberMain(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, "raw member:", err)

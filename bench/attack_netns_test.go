@@ -1,0 +1,242 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestNetnsAttack is issue 14's attacker test, open mode (no key): three
+// member processes (static membership, each knowing the others'
+// addresses), member 0 sending for 8 s, 30% of its datagrams dropped at
+// each receiver by nftables; a fourth namespace on the same bridge runs
+// the attacker process (attacker_test.go), which is not a member, reads
+// the multicast and, while the run lasts, sends forged MSG_NOT_FOUND
+// (from its own address and, through a raw socket, with the sender's),
+// forged coordinator and member headers of every kind and random sender
+// ids, XMIT_REQ floods for the whole window (also with the receivers'
+// addresses spoofed), replays of captured data (also spoofed) and at least
+// 10^6 garbage datagrams. Delivery is exact and complete, nothing is ever
+// reported lost, delivery never stops for long, the sender's repairs stay
+// within the per-requester credit bound, the spoofed MSG_NOT_FOUNDs are
+// challenged and never confirmed, and every datagram of the attacker that
+// reached a member is counted as a drop by its reason.
+func TestNetnsAttack(t *testing.T) {
+	needNetns(t)
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skipf("skipping: %v (Debian: apt-get install nftables; .ci/run installs it)", ErrNoNftables)
+	}
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ns, err := SetupNetns(ctx, 4, 1500)
+	require.NoError(t, err)
+	defer ns.Close()
+	for i := 1; i <= 2; i++ {
+		require.NoError(t, ns.InjectLoss(ctx, i, ns.Addrs[0], 30))
+	}
+	att := startAttacker(t, ns, exe)
+	defer att.kill()
+	start := time.Now()
+	rs, runErr := RunNetns(ctx, NetnsRunConfig{
+		Member:   MemberConfig{Members: 3, MsgSize: 200, Duration: 8 * time.Second, Timeout: 2 * time.Minute},
+		Netns:    ns,
+		Exe:      []string{exe},
+		Env:      []string{memberEnv + "=1"},
+		Progress: func(s string) { t.Log(s) },
+	})
+	elapsed := time.Since(start)
+	rep := att.stop(t)
+	require.NoError(t, runErr)
+	require.Empty(t, Verify(rs), "delivery exact and complete")
+	t.Logf("run: %v, %d messages; attacker sent %d datagrams (%d garbage, %d through the raw socket with a spoofed source)",
+		elapsed.Round(time.Millisecond), rs[0].Sent, rep.Sent+rep.Spoofed, rep.Random, rep.Spoofed)
+	require.GreaterOrEqual(t, rep.Random, uint64(1_000_000))
+	require.GreaterOrEqual(t, len(rep.Learned), 3, "the attacker knew the group: %v", rep.Learned)
+
+	checkAttackOutcome(t, rs)
+	checkSenderCredit(t, rs)
+	for i, r := range rs {
+		in, rcvbuf, noports, err := ns.udpCounters(ctx, i)
+		require.NoError(t, err)
+		checkDropsCounted(t, r, rep.PerMember[netip.AddrPortFrom(ns.Addrs[i], NetnsUnicastPort).String()], rcvbuf+noports)
+		t.Logf("member %d: drops %+v; kernel: %d UDP datagrams in, %d dropped for a full buffer or a closed port",
+			i, r.Stats.Drops, in, rcvbuf+noports)
+	}
+}
+
+// attacker is a running attacker process.
+type attacker struct {
+	cmd    *exec.Cmd
+	stdin  interface{ Close() error }
+	stderr bytes.Buffer
+	out    string
+	done   chan error
+}
+
+func startAttacker(t *testing.T, ns *Netns, exe string) *attacker {
+	a := &attacker{out: filepath.Join(t.TempDir(), "attack.json"), done: make(chan error, 1)}
+	a.cmd = ns.Command(3, exe, "-local", ns.Addrs[3].String(), "-out", a.out)
+	a.cmd.Env = append(os.Environ(), attackerEnv+"=1")
+	a.cmd.Stderr = &a.stderr
+	stdin, err := a.cmd.StdinPipe()
+	require.NoError(t, err)
+	a.stdin = stdin
+	require.NoError(t, a.cmd.Start())
+	go func() { a.done <- a.cmd.Wait() }()
+	return a
+}
+
+// stop closes the attacker's stdin, waits for it to exit and returns its
+// report.
+func (a *attacker) stop(t *testing.T) attackReport {
+	_ = a.stdin.Close()
+	select {
+	case err := <-a.done:
+		a.done <- err
+		require.NoError(t, err, "attacker: %s", a.stderr.String())
+	case <-time.After(time.Minute):
+		t.Fatalf("attacker did not stop: %s", a.stderr.String())
+	}
+	b, err := os.ReadFile(a.out)
+	require.NoError(t, err, a.stderr.String())
+	var rep attackReport
+	require.NoError(t, json.Unmarshal(b, &rep))
+	return rep
+}
+
+func (a *attacker) kill() {
+	select {
+	case err := <-a.done:
+		a.done <- err
+	default:
+		_ = a.cmd.Process.Kill()
+		<-a.done
+	}
+}
+
+// checkAttackOutcome: nothing lost, no MSG_NOT_FOUND acted on, the spoofed
+// ones challenged and refused, and delivery never stalled.
+func checkAttackOutcome(t *testing.T, rs []MemberResult) {
+	t.Helper()
+	var challenged, refused uint64
+	for _, r := range rs {
+		require.True(t, r.Complete, "member %d", r.Index)
+		require.Empty(t, r.Senders[0].Lost, "member %d", r.Index)
+		require.Zero(t, r.Stats.LostRanges, "member %d", r.Index)
+		require.Zero(t, r.Stats.Protocol.NotFoundConfirmed, "member %d", r.Index)
+		challenged += r.Stats.Protocol.ChallengesSent
+		refused += r.Stats.Protocol.ChallengesRefused
+		require.Less(t, longestStall(r), 10*time.Second, "member %d: delivery stopped", r.Index)
+	}
+	require.Positive(t, challenged, "the spoofed MSG_NOT_FOUNDs were challenged")
+	require.Positive(t, refused, "and the sender refused to confirm them")
+}
+
+// longestStall is the longest time member r delivered nothing from the
+// other senders while it was still waiting for them (from its timeline).
+func longestStall(r MemberResult) time.Duration {
+	var worst time.Duration
+	tl := r.Timeline
+	for i, j := 0, 0; i < len(tl); i = j {
+		for j = i + 1; j < len(tl) && tl[j].Delivered == tl[i].Delivered; j++ {
+		}
+		if j < len(tl) { // a last sample unchanged is the end of the run
+			worst = max(worst, time.Duration(tl[j-1].Ns-tl[i].Ns))
+		}
+	}
+	return worst
+}
+
+// checkSenderCredit: the sender's repairs are within RepairRatio times the
+// request bytes it took plus a RepairBurst per requester (nakack defaults
+// for the veth's 1472-byte datagrams).
+func checkSenderCredit(t *testing.T, rs []MemberResult) {
+	t.Helper()
+	const datagram = 1500 - 28
+	const ratio, burst = datagram / 16, 64 * datagram
+	p := rs[0].Stats.Protocol
+	bound := ratio*p.NakBytes + uint64(len(rs)-1)*burst
+	t.Logf("sender: %d XMIT_REQ (%d bytes) taken, %d repair bytes sent (bound %d: ratio %d, burst %d per requester), %d repairs held back by credit",
+		p.NakReceived, p.NakBytes, p.RepairBytes, bound, ratio, burst, p.RepairsOverCredit)
+	require.LessOrEqual(t, p.RepairBytes, bound)
+}
+
+// checkDropsCounted: every attacker datagram that reached member r (all
+// sent to its unicast address, so none lost on the way but to the
+// kernel's full socket buffer or, once the member exited, its closed port:
+// slack) is counted under its reason.
+func checkDropsCounted(t *testing.T, r MemberResult, pm *perMember, slack uint64) {
+	t.Helper()
+	require.NotNil(t, pm, "member %d got nothing from the attacker", r.Index)
+	d := r.Stats.Drops
+	for _, c := range []struct {
+		reason    string
+		got, sent uint64
+	}{
+		{"wrong source", d.WrongSource, pm.WrongSource},
+		{"not member", d.NotMember, pm.NotMember},
+		{"malformed", d.Malformed, pm.Malformed},
+		{"foreign group", d.ForeignGroup, pm.ForeignGroup},
+	} {
+		require.Positive(t, c.sent, "member %d: the attacker sent nothing %s", r.Index, c.reason)
+		require.LessOrEqual(t, c.got, c.sent, "member %d: more %s drops than the attacker's", r.Index, c.reason)
+		require.GreaterOrEqual(t, c.got+slack, c.sent, "member %d: %s: %d counted of %d sent (slack %d)", r.Index, c.reason, c.got, c.sent, slack)
+	}
+}
+
+// udpCounters is UDPCounters with NoPorts (datagrams to a closed port).
+func (ns *Netns) udpCounters(ctx context.Context, i int) (in, rcvbuf, noports uint64, err error) {
+	out, err := ns.Command(i, "cat", "/proc/net/snmp").Output()
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("member %d: /proc/net/snmp: %w", i, err)
+	}
+	v, err := snmpFields(string(out), "Udp:", "InDatagrams", "RcvbufErrors", "NoPorts")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return v[0], v[1], v[2], nil
+}
+
+// snmpFields returns the named fields of /proc/net/snmp's prefix lines (a
+// header line of names, then one of values).
+func snmpFields(snmp, prefix string, names ...string) ([]uint64, error) {
+	var head []string
+	for _, l := range strings.Split(snmp, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] != prefix {
+			continue
+		}
+		if head == nil {
+			head = f
+			continue
+		}
+		out := make([]uint64, len(names))
+		for k, name := range names {
+			j := slices.Index(head, name)
+			if j < 0 || j >= len(f) {
+				return nil, fmt.Errorf("bench: /proc/net/snmp: no %s %s", prefix, name)
+			}
+			v, err := strconv.ParseUint(f[j], 10, 64)
+			if err != nil {
+				return nil, err
+			}
+			out[k] = v
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("bench: /proc/net/snmp: no %s lines", prefix)
+}
