@@ -126,9 +126,9 @@ type Config struct {
 	// member repair: over any interval, the repair datagrams sent in
 	// answer to requester r total at most RepairRatio times the bytes of
 	// the XMIT_REQ datagrams received from r, plus RepairBurst (see
-	// credit.go). Defaults: MaxDatagram/16 (every range a request names
-	// can be answered with at least one maximum-size datagram) but at
-	// least 64, and 64 maximum-size datagrams.
+	// credit.go). Defaults: MaxDatagram/8 (every range a request names
+	// can be answered with two maximum-size datagrams) but at least 64,
+	// and 64 maximum-size datagrams.
 	RepairRatio int
 	RepairBurst int
 	// RepairJitter spreads the repairs of a departed sender's messages:
@@ -274,7 +274,7 @@ func (c *Config) setDefaults() error {
 // challenge settings (after MaxDatagram and NakInterval are set).
 func (c *Config) securityDefaults() error {
 	if c.RepairRatio == 0 {
-		c.RepairRatio = max(64, c.MaxDatagram/wire.RangeLen)
+		c.RepairRatio = max(64, 2*c.MaxDatagram/wire.RangeLen)
 	}
 	if c.RepairBurst == 0 {
 		c.RepairBurst = 64 * c.MaxDatagram

@@ -19,9 +19,13 @@ import (
 // answer to it (headers included) is taken from it; what the credit does
 // not cover is left for the requester's next request (counted,
 // Stats.RepairsOverCredit), which brings credit of its own. The default
-// ratio, MaxDatagram/16, lets every range a request names (16 bytes) be
-// answered with at least one maximum-size datagram, and each request with
-// 4 more for its header, without touching the burst.
+// ratio, MaxDatagram/8, lets every range a request names (16 bytes) be
+// answered with two maximum-size datagrams (a loss run of two, as common
+// as one at 50% loss), and each request with 8 more for its header,
+// without touching the burst, which serves longer runs (a receiver's
+// socket overflowing): the engine sets it to what flow control lets a
+// sender have in flight (Config.InFlightBytes), the most a receiver can
+// lose in one go.
 
 // repairCredit is one requester's repair budget, in bytes.
 type repairCredit struct{ tokens int64 }

@@ -87,23 +87,23 @@ func TestRepairCreditBound(t *testing.T) {
 }
 
 // TestRepairCreditRanges: with the default ratio a request is always worth
-// at least one maximum-size datagram per range it names, so a receiver
-// asking for one lost datagram at a time is never refused, however long
-// it keeps at it.
+// two maximum-size datagrams per range it names, so a receiver asking for
+// runs of two lost datagrams at a time is never refused, however long it
+// keeps at it.
 func TestRepairCreditRanges(t *testing.T) {
 	b, pool, v := creditSender(t, 2000, 0, 0) // defaults
-	require.Equal(t, 1400/wire.RangeLen, b.cfg.RepairRatio)
+	require.Equal(t, 2*1400/wire.RangeLen, b.cfg.RepairRatio)
 	now := time.Duration(0)
-	for first := uint64(1); first+12 <= 2000; first += 13 {
+	for first := uint64(1); first+25 <= 2000; first += 26 {
 		now += time.Millisecond
-		req := request(t, pool, v, mA, rg(first, first+12)) // 13 messages of 100 B: one 1400 B datagram
+		req := request(t, pool, v, mA, rg(first, first+25)) // 26 messages of 100 B: two 1400 B datagrams
 		require.NoError(t, b.Receive(req, now))
 		req.Release()
 		drainOutbox(b)
 	}
 	st := b.Stats()
 	require.Zero(t, st.RepairsOverCredit)
-	require.Equal(t, uint64(153*13), st.Retransmitted)
+	require.Equal(t, uint64(76*26), st.Retransmitted)
 }
 
 // TestRequestFromStranger: an XMIT_REQ from a member outside the view is

@@ -55,7 +55,7 @@ func (a *attacker) tap(ev TapEvent) {
 	}
 }
 
-func (a *attacker) Member() digest.Member                { return a.self }
+func (a *attacker) Member() digest.Member                        { return a.self }
 func (a *attacker) Receive(digest.Member, []byte, time.Duration) {}
 func (a *attacker) NextDeadline() time.Duration {
 	if a.next >= a.stop {
@@ -134,8 +134,8 @@ func TestForgedMsgNotFoundNeverSkips(t *testing.T) {
 		for _, n := range g.Nodes {
 			require.Empty(t, n.Rec.LostRanges(), "seed %d member %v", seed, n.Member())
 		}
-		// The defaults for 8 KiB datagrams: RepairRatio 512, RepairBurst 64 datagrams.
-		const ratio, burst = 8192 / wire.RangeLen, 64 * 8192
+		// The defaults for 8 KiB datagrams: RepairRatio 1024, RepairBurst 64 datagrams.
+		const ratio, burst = 2 * 8192 / wire.RangeLen, 64 * 8192
 		var refused, ignored, echoes uint64
 		for _, n := range g.Nodes {
 			st := n.P.Stats()
