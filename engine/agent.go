@@ -37,15 +37,17 @@ type agent struct {
 	m *Member
 
 	// receive side
-	rbufs  []*wire.Buffer
-	rbytes [][]byte
-	sizes  []int
-	srcs   []netip.AddrPort
-	nread  int
-	loss   *rand.Rand
-	routes *routes // who may send what from where, and where unicasts go (routes.go)
-	group  uint32
-	small  int // datagrams up to this size are copied into a smaller buffer
+	rbufs     []*wire.Buffer
+	rbytes    [][]byte
+	sizes     []int
+	srcs      []netip.AddrPort
+	nread     int
+	loss      *rand.Rand
+	routes    *routes     // who may send what from where, and where unicasts go (routes.go)
+	held      []heldDgram // datagrams of static members not bound yet (admit.go)
+	heldBytes int
+	group     uint32
+	small     int // datagrams up to this size are copied into a smaller buffer
 
 	// send side
 	pend      [][]byte      // payloads polled from the ring, not yet accepted by Send
@@ -602,7 +604,7 @@ func (a *agent) receiveOne(i int, now time.Duration) {
 	if (m.sec != nil || h.Auth()) && !a.verify(b.B[:n], h, now) {
 		return // counted by reason; the buffer stays in its slot
 	}
-	if !a.admit(h, body, a.srcs[i], now) {
+	if !a.admit(h, b.B[:n], body, a.srcs[i], now) {
 		return // counted; the buffer stays in its slot
 	}
 	if m.g != nil {
@@ -1168,6 +1170,8 @@ func (a *agent) checkLag(now time.Duration) {
 	m := a.m
 	if m.g != nil {
 		a.pruneRoutes()
+	} else {
+		a.probeGroup()
 	}
 	var worst uint64
 	p := m.proto
@@ -1207,6 +1211,10 @@ func (a *agent) allStable() bool {
 }
 
 func (a *agent) cleanup() {
+	for _, h := range a.held {
+		h.buf.Release()
+	}
+	a.held, a.heldBytes = nil, 0
 	for i, b := range a.rbufs {
 		if b != nil {
 			b.Release()

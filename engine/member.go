@@ -176,6 +176,7 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 	m.ag.init(m)
 	m.ag.viewSize = len(cfg.Members)
 	m.ag.routes.setStatic(cfg.Members, cfg.MemberAddrs)
+	m.ag.probeGroup()
 	view := nakack.View{ID: digest.ViewID{Coord: cfg.Members[0], Counter: 1}, Members: cfg.Members}
 	m.proto.InstallView(view, digest.Digest{}, 0)
 	m.events.push(Event{Kind: EventView, View: view.ID, Members: append([]digest.Member(nil), cfg.Members...)})

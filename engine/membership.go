@@ -72,7 +72,21 @@ func (m *Member) newNakack(self digest.Member, stableIval time.Duration) (*nakac
 		StableBytes:    int64(cfg.StableBytes),
 		Seed:           cfg.LossSeed ^ self.ID ^ uint64(self.Inc)<<32,
 		Logger:         cfg.Logger,
+		RepairBurst:    repairBurst(cfg, m.protoDatagram()),
+		// With a key every datagram's tag proves its sender (a member:
+		// whoever holds the group key is one), so a MSG_NOT_FOUND is acted
+		// on without the open mode's challenge round trip.
+		Authenticated: m.sec != nil,
 	})
+}
+
+// repairBurst is the repair credit a requester starts with (nakack
+// RepairBurst): what flow control lets a sender have in flight, the most a
+// receiver can lose in one go (its socket overflowing), so that a burst of
+// loss is repaired in one round; at least nakack's default of 64
+// datagrams.
+func repairBurst(cfg Config, datagram int) int {
+	return max(cfg.InFlightBytes, 64*datagram)
 }
 
 // newProtocol is gms's Config.NewProtocol: a fresh nakack for the

@@ -229,17 +229,29 @@ func (r *routes) probe(m digest.Member, src netip.AddrPort, now time.Duration) (
 }
 
 // bind takes an ADDRESS echo from m at src: if it carries the nonce of a
-// probe of m sent to src, m is bound to src for good.
+// probe of m sent to src, or of one sent to the group (groupProbe), m is
+// bound to src for good.
 func (r *routes) bind(m digest.Member, src netip.AddrPort, nonce uint64) bool {
 	rt, member := r.members[m]
-	if !member || rt.addr.IsValid() || nonce != r.probeNonce(m, src) {
+	if !member || rt.addr.IsValid() || (nonce != r.probeNonce(m, src) && nonce != r.probeNonce(m, netip.AddrPort{})) {
 		return false
 	}
 	r.members[m] = route{addr: src}
 	return true
 }
 
-// probeNonce is the nonce of a probe of m at addr: a keyed hash that only
+// unbound appends the static members not bound yet to dst.
+func (r *routes) unbound(dst []digest.Member) []digest.Member {
+	for m, rt := range r.members {
+		if !rt.addr.IsValid() {
+			dst = append(dst, m)
+		}
+	}
+	return dst
+}
+
+// probeNonce is the nonce of a probe of m at addr (the zero addr: a probe
+// sent to the group): a keyed hash that only
 // who knows the secret, or received the probe at addr, can produce.
 func (r *routes) probeNonce(m digest.Member, addr netip.AddrPort) uint64 {
 	mac := hmac.New(sha256.New, r.secret[:])

@@ -11,7 +11,8 @@ import (
 )
 
 // selfFilter is the group socket's kernel filter: it drops this member's
-// own protocol datagrams (nakack's types, DATA through HIGHEST), which
+// own protocol datagrams (nakack's types, DATA through HIGHEST, and the
+// CHALLENGE and ECHO of the routing table's group probe), which
 // multicast loopback (needed by the other members on the host) hands back
 // to the sender. Without it the sender's agent reads every datagram it sent
 // a second time, a 64 KB copy and part of a system call each, only for the
@@ -34,16 +35,18 @@ func selfFilter(self digest.Member) []bpf.RawInstruction {
 	w := func(i int) uint32 { return binary.BigEndian.Uint32(id[4*i:]) }
 	prog, err := bpf.Assemble([]bpf.Instruction{
 		bpf.LoadAbsolute{Off: udp + 2, Size: 1},                                           // 0: type
-		bpf.JumpIf{Cond: bpf.JumpLessThan, Val: uint32(wire.TypeData), SkipTrue: 7},       // 1: -> keep
-		bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: uint32(wire.TypeHighest), SkipTrue: 6}, // 2: -> keep
-		bpf.LoadAbsolute{Off: udp + 8, Size: 4},                                           // 3: ID low word
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: w(0), SkipTrue: 4},                        // 4
-		bpf.LoadAbsolute{Off: udp + 12, Size: 4},                                          // 5: ID high word
-		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: w(1), SkipTrue: 2},                        // 6
-		bpf.LoadAbsolute{Off: udp + 16, Size: 4},                                          // 7: Inc
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: w(2), SkipTrue: 1},                           // 8: -> drop
-		bpf.RetConstant{Val: 0xffffffff},                                                  // 9: keep, whole
-		bpf.RetConstant{Val: 0},                                                           // 10: drop
+		bpf.JumpIf{Cond: bpf.JumpLessThan, Val: uint32(wire.TypeData), SkipTrue: 9},       // 1: -> keep
+		bpf.JumpIf{Cond: bpf.JumpLessOrEqual, Val: uint32(wire.TypeHighest), SkipTrue: 2}, // 2: -> 5
+		bpf.JumpIf{Cond: bpf.JumpLessThan, Val: uint32(wire.TypeChallenge), SkipTrue: 7},  // 3: -> keep
+		bpf.JumpIf{Cond: bpf.JumpGreaterThan, Val: uint32(wire.TypeEcho), SkipTrue: 6},    // 4: -> keep
+		bpf.LoadAbsolute{Off: udp + 8, Size: 4},                                           // 5: ID low word
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: w(0), SkipTrue: 4},                        // 6: -> keep
+		bpf.LoadAbsolute{Off: udp + 12, Size: 4},                                          // 7: ID high word
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: w(1), SkipTrue: 2},                        // 8: -> keep
+		bpf.LoadAbsolute{Off: udp + 16, Size: 4},                                          // 9: Inc
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: w(2), SkipTrue: 1},                           // 10: -> drop
+		bpf.RetConstant{Val: 0xffffffff},                                                  // 11: keep, whole
+		bpf.RetConstant{Val: 0},                                                           // 12: drop
 	})
 	if err != nil {
 		panic(err) // a fixed program: cannot fail

@@ -31,9 +31,9 @@ func TestSenderDoesNotReadOwnData(t *testing.T) {
 
 // TestSelfFilterFollowsIncarnation checks selfFilter on a real group socket
 // whose filter is replaced, as newProtocol does for a new incarnation: the
-// new incarnation's protocol datagrams (DATA, FRAG, HIGHEST) are dropped in
-// the kernel; the old incarnation's, another member's, and the new
-// incarnation's wire HEARTBEAT and membership datagrams pass.
+// new incarnation's protocol datagrams (DATA, FRAG, HIGHEST, CHALLENGE,
+// ECHO) are dropped in the kernel; the old incarnation's, another member's,
+// and the new incarnation's wire HEARTBEAT and membership datagrams pass.
 func TestSelfFilterFollowsIncarnation(t *testing.T) {
 	const gid = 7
 	old := digest.Member{ID: 0x1122334455667788, Inc: 1}
@@ -69,6 +69,12 @@ func TestSelfFilterFollowsIncarnation(t *testing.T) {
 		require.NoError(t, err)
 		return d
 	}
+	challenge := func(from digest.Member, typ wire.Type) []byte {
+		d, err := wire.EncodeChallenge(make([]byte, 256), wire.Header{Group: gid, Sender: from}, typ, digest.ViewID{}, other, 7,
+			wire.ChallengeAddress, wire.RangeSlice(nil))
+		require.NoError(t, err)
+		return d
+	}
 	membership := func(from digest.Member) []byte {
 		d := data(from, 1)
 		d[2] = 22 // a gms type (heartbeat): the filter looks at the type byte only
@@ -91,6 +97,9 @@ func TestSelfFilterFollowsIncarnation(t *testing.T) {
 		{"old incarnation HIGHEST", highest(old), true},
 		{"new incarnation membership datagram", membership(cur), true},
 		{"other member HIGHEST", highest(other), true},
+		{"new incarnation CHALLENGE", challenge(cur, wire.TypeChallenge), false},
+		{"new incarnation ECHO", challenge(cur, wire.TypeEcho), false},
+		{"other member CHALLENGE", challenge(other, wire.TypeChallenge), true},
 	}
 	bufs := make([][]byte, len(dgs))
 	var want []string

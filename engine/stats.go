@@ -64,9 +64,11 @@ type Drops struct {
 	// a membership exchange) and came from another address than its own:
 	// a stranger using its identity.
 	WrongSource uint64
-	// Unverified: with static membership, control datagrams from a member
-	// whose address is not bound yet (they repeat once it is), and
-	// ADDRESS challenges and echoes that do not check out.
+	// Unverified: with static membership, datagrams from a member whose
+	// address is not bound yet that could not be held until it is (the
+	// hold's byte bound, its age bound, or an address that never answered
+	// the challenge: a stranger using the member's identity), and ADDRESS
+	// challenges and echoes that do not check out.
 	Unverified uint64
 	// Stranger: protocol control datagrams from a member that may not send
 	// them to this member (nakack Drops.Stranger: an XMIT_REQ, CHALLENGE
