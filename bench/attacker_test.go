@@ -58,16 +58,23 @@ type attackReport struct {
 	PerMember map[string]*perMember
 }
 
-// perMember counts what reached one member's sockets from the attacker
-// (multicasts count at every member), by the drop reason expected.
+// perMember counts what the attacker sent to one member's unicast address,
+// by kind. Each kind lands under one drop reason at the member (open mode;
+// with a key, everything without a valid tag is an auth drop first).
 type perMember struct {
-	WrongSource  uint64 `json:"wrong_source"`  // claims of members from the attacker's address
-	NotMember    uint64 `json:"not_member"`    // random sender ids
-	Malformed    uint64 `json:"malformed"`     // wrong version, unknown type
-	ForeignGroup uint64 `json:"foreign_group"` // another group id
-	SpoofedMNF   uint64 `json:"spoofed_mnf"`   // MSG_NOT_FOUND with the sender's source address
-	SpoofedXmit  uint64 `json:"spoofed_xmit"`  // XMIT_REQ with this member's source address (at the sender)
-	SpoofedData  uint64 `json:"spoofed_data"`  // replays with the sender's source address
+	Forged       uint64 `json:"forged"`        // claims of members from the attacker's address: WrongSource
+	Stranger     uint64 `json:"stranger"`      // random sender ids: NotMember
+	Replayed     uint64 `json:"replayed"`      // captured data from the attacker's address: WrongSource (with a key: Replay too)
+	Malformed    uint64 `json:"malformed"`     // wrong version, unknown type: Malformed
+	ForeignGroup uint64 `json:"foreign_group"` // another group id: ForeignGroup
+	SpoofedMNF   uint64 `json:"spoofed_mnf"`   // MSG_NOT_FOUND with the sender's source address: challenged (open)
+	SpoofedData  uint64 `json:"spoofed_data"`  // captured data with the sender's source address: duplicates, or genuine
+	SpoofedXmit  uint64 `json:"spoofed_xmit"`  // (at the sender) XMIT_REQ with a receiver's source address: served within credit (open)
+}
+
+// total is everything the attacker sent this member.
+func (p *perMember) total() uint64 {
+	return p.Forged + p.Stranger + p.Replayed + p.Malformed + p.ForeignGroup + p.SpoofedMNF + p.SpoofedData + p.SpoofedXmit
 }
 
 // attackerState is what the attacker has learned from the multicast.
@@ -89,6 +96,7 @@ func attackerMain(args []string, stdin io.Reader) error {
 	want := fs.Int("members", 3, "members to learn before attacking")
 	random := fs.Uint64("random", 1_000_000, "garbage datagrams to send at least")
 	within := fs.Duration("within", 6*time.Second, "send the -random garbage datagrams evenly over this long")
+	lasting := fs.Duration("for", 0, "stop attacking this long after the group was learned (0: when stdin closes)")
 	out := fs.String("out", "", "report file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -112,7 +120,14 @@ func attackerMain(args []string, stdin io.Reader) error {
 		return err
 	}
 	a := &attack{st: st, tr: tr, raw: raw, rep: attackReport{PerMember: map[string]*perMember{}}, random: *random, within: *within}
-	a.run(stop)
+	var end <-chan struct{} = stop
+	if *lasting > 0 {
+		timeUp := make(chan struct{})
+		t := time.AfterFunc(*lasting, func() { close(timeUp) })
+		defer t.Stop()
+		end = anyOf(stop, timeUp)
+	}
+	a.run(end)
 	a.rep.Learned, a.rep.View = map[string]string{}, st.view.String()
 	for ad, m := range st.members {
 		a.rep.Learned[ad.String()] = m.String()
@@ -122,6 +137,19 @@ func attackerMain(args []string, stdin io.Reader) error {
 		return err
 	}
 	return os.WriteFile(*out, b, 0o644)
+}
+
+// anyOf returns a channel closed when a or b is.
+func anyOf(a, b <-chan struct{}) <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		select {
+		case <-a:
+		case <-b:
+		}
+		close(c)
+	}()
+	return c
 }
 
 // sniff reads the group's multicast until stop: who sends from where, the
@@ -162,11 +190,14 @@ func (st *attackerState) learn(b []byte, src netip.AddrPort) {
 	st.members[src] = h.Sender
 	switch h.Type {
 	case wire.TypeData:
-		if d, err := wire.DecodeData(h, body); err == nil && !h.Repair() {
-			st.sender = d.Origin
+		if h.Repair() {
+			break
+		}
+		st.sender = h.Sender
+		st.capture[st.capN%len(st.capture)] = append(st.capture[st.capN%len(st.capture)][:0], b...)
+		st.capN++
+		if d, err := wire.DecodeData(h, body); err == nil { // an encrypted body does not decode
 			st.highest = max(st.highest, d.Last())
-			st.capture[st.capN%len(st.capture)] = append(st.capture[st.capN%len(st.capture)][:0], b...)
-			st.capN++
 		}
 	case wire.TypeXmitReq:
 		if x, err := wire.DecodeXmitReq(h, body); err == nil {
@@ -183,7 +214,7 @@ func (st *attackerState) learn(b []byte, src netip.AddrPort) {
 func (st *attackerState) waitLearned(want int, stop <-chan struct{}) error {
 	for {
 		st.mu.Lock()
-		ok := len(st.members) >= want && !st.sender.IsZero() && !st.view.IsZero() && st.capN > 0
+		ok := len(st.members) >= want && !st.sender.IsZero() && st.capN > 0
 		st.mu.Unlock()
 		if ok {
 			return nil
@@ -240,7 +271,7 @@ func (a *attack) run(stop <-chan struct{}) {
 		}
 		group, view, members, sender, hi, capture := a.st.snapshot()
 		for addr, victim := range members {
-			a.claims(group, view, members, sender, hi, addr, victim)
+			a.claims(group, view, members, sender, hi, addr, victim, capture)
 			a.spoof(group, view, members, sender, hi, addr, victim, capture)
 		}
 		due := uint64(float64(a.random) * min(1, float64(time.Since(start))/float64(a.within)))
@@ -314,18 +345,20 @@ func forged(buf []byte, group uint32, view digest.ViewID, sender, victim, origin
 // forged set claiming every member, the captured data, and the forged set
 // under random ids.
 func (a *attack) claims(group uint32, view digest.ViewID, members map[netip.AddrPort]digest.Member, sender digest.Member, hi uint64,
-	addr netip.AddrPort, victim digest.Member) {
-	wrong := func(p *perMember) { p.WrongSource++ }
+	addr netip.AddrPort, victim digest.Member, capture [][]byte) {
 	for _, claimed := range members {
 		for _, d := range forged(a.buf, group, view, claimed, victim, sender, max(hi, 1)) {
-			a.queue(addr, d, wrong)
+			a.queue(addr, d, func(p *perMember) { p.Forged++ })
 		}
 	}
 	for range 2 {
 		r := digest.Member{ID: rand.Uint64() | 1, Inc: 1}
 		for _, d := range forged(a.buf, group, view, r, victim, sender, max(hi, 1)) {
-			a.queue(addr, d, func(p *perMember) { p.NotMember++ })
+			a.queue(addr, d, func(p *perMember) { p.Stranger++ })
 		}
+	}
+	for _, d := range capture[:min(2, len(capture))] {
+		a.queue(addr, d, func(p *perMember) { p.Replayed++ })
 	}
 }
 
@@ -341,9 +374,10 @@ func (a *attack) spoof(group uint32, view digest.ViewID, members map[netip.AddrP
 			senderAddr = ad
 		}
 	}
-	if !senderAddr.IsValid() || hi == 0 {
+	if !senderAddr.IsValid() {
 		return
 	}
+	hi = max(hi, 1)
 	if victim == sender {
 		return
 	}
@@ -357,7 +391,7 @@ func (a *attack) spoof(group uint32, view digest.ViewID, members map[netip.AddrP
 	}
 	if b, err := wire.EncodeXmitReq(a.buf, wire.Header{Group: group, Sender: victim}, view, sender, 0,
 		[]wire.Range{{From: 1, To: hi}}); err == nil && a.rawSend(addr, senderAddr, b) {
-		a.pm(addr).SpoofedXmit++
+		a.pm(senderAddr).SpoofedXmit++
 	}
 }
 

@@ -2,24 +2,20 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"strconv"
 )
 
-// ErrNoNftables is returned by InjectLoss when the nft command (Debian
-// package nftables) is not installed.
-var ErrNoNftables = errors.New("bench: nft (nftables) is not installed")
-
 // InjectLoss drops, inside member i's namespace, pct percent (1..99) of
 // the IPv4 datagrams that arrive there from src, at random: loss between
-// two members without netem, which this kernel lacks. The rule (an
-// nftables input chain, table "nakcast") goes with the namespace.
+// two members only (independent of the other receivers', unlike
+// DropEgress, which drops near the sender for everyone), as the datagrams
+// reach the victim. The rule (an nftables input chain, table "nakcast")
+// goes with the namespace.
 func (ns *Netns) InjectLoss(ctx context.Context, i int, src netip.Addr, pct int) error {
-	if _, err := exec.LookPath("nft"); err != nil {
-		return ErrNoNftables
+	if err := CheckNft(); err != nil {
+		return err
 	}
 	if i < 0 || i >= len(ns.Members) || !src.Is4() || !NetnsSubnet.Contains(src) || pct < 1 || pct > 99 {
 		return fmt.Errorf("bench: InjectLoss(%d, %v, %d): want a member, a member's IPv4 address and 1..99%%", i, src, pct)
