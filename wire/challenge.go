@@ -72,20 +72,11 @@ func DecodeChallenge(h Header, body []byte) (Challenge, error) {
 		Nonce:  binary.LittleEndian.Uint64(fix[32:]),
 		Kind:   ChallengeKind(binary.LittleEndian.Uint32(fix[40:])),
 	}
-	n := binary.LittleEndian.Uint32(fix[44:])
-	switch {
-	case n > MaxRanges:
-		return Challenge{}, ErrTooManyRanges
-	case int(n)*RangeLen > len(rest):
-		return Challenge{}, ErrTruncated
-	case int(n)*RangeLen < len(rest) || c.Target.IsZero() || c.Kind == 0:
-		return Challenge{}, ErrMalformed
+	if c.Ranges, err = decodeRanges(binary.LittleEndian.Uint32(fix[44:]), rest); err != nil {
+		return Challenge{}, err
 	}
-	c.Ranges = RangeList{b: rest, n: int(n)}
-	for i := range int(n) {
-		if !c.Ranges.At(i).Valid() {
-			return Challenge{}, ErrMalformed
-		}
+	if c.Target.IsZero() || c.Kind == 0 {
+		return Challenge{}, ErrMalformed
 	}
 	return c, nil
 }
@@ -98,18 +89,13 @@ func DecodeChallenge(h Header, body []byte) (Challenge, error) {
 // small.
 func EncodeChallenge[R Ranges](buf []byte, h Header, t Type, view digest.ViewID, target digest.Member,
 	nonce uint64, kind ChallengeKind, ranges R) ([]byte, error) {
-	n := ranges.Len()
-	switch {
-	case n > MaxRanges:
-		return nil, ErrTooManyRanges
-	case (t != TypeChallenge && t != TypeEcho) || target.IsZero() || kind == 0:
+	if err := checkRanges(ranges); err != nil {
+		return nil, err
+	}
+	if (t != TypeChallenge && t != TypeEcho) || target.IsZero() || kind == 0 {
 		return nil, ErrMalformed
 	}
-	for i := range n {
-		if !ranges.At(i).Valid() {
-			return nil, ErrMalformed
-		}
-	}
+	n := ranges.Len()
 	h, err := start(buf, h, t, ChallengeOverhead, n*RangeLen)
 	if err != nil {
 		return nil, err
@@ -120,11 +106,6 @@ func EncodeChallenge[R Ranges](buf []byte, h Header, t Type, view digest.ViewID,
 	binary.LittleEndian.PutUint64(b[32:], nonce)
 	binary.LittleEndian.PutUint32(b[40:], uint32(kind))
 	binary.LittleEndian.PutUint32(b[44:], uint32(n))
-	b = buf[ChallengeOverhead:]
-	for i := range n {
-		r := ranges.At(i)
-		binary.LittleEndian.PutUint64(b[i*RangeLen:], r.From)
-		binary.LittleEndian.PutUint64(b[i*RangeLen+8:], r.To)
-	}
+	putRanges(buf[ChallengeOverhead:], ranges)
 	return finish(buf, h, ChallengeOverhead+n*RangeLen), nil
 }

@@ -203,38 +203,68 @@ func DecodeXmitReq(h Header, body []byte) (XmitReq, error) {
 		Target:    getMember(fix[20:]),
 		Delivered: binary.LittleEndian.Uint64(fix[32:]),
 	}
-	n := binary.LittleEndian.Uint32(fix[40:])
-	switch {
-	case n > MaxRanges:
-		return XmitReq{}, ErrTooManyRanges
-	case int(n)*RangeLen > len(rest):
-		return XmitReq{}, ErrTruncated
-	case n == 0 || int(n)*RangeLen < len(rest) || x.Target.IsZero():
+	if x.Ranges, err = decodeRanges(binary.LittleEndian.Uint32(fix[40:]), rest); err != nil {
+		return XmitReq{}, err
+	}
+	if x.Ranges.Len() == 0 || x.Target.IsZero() {
 		return XmitReq{}, ErrMalformed
 	}
-	x.Ranges = RangeList{b: rest, n: int(n)}
+	return x, nil
+}
+
+// decodeRanges reads n ranges that must fill rest exactly: ErrTooManyRanges
+// above MaxRanges, ErrTruncated if they overrun it, ErrMalformed for bytes
+// left over or a range that is not 1 <= from <= to.
+func decodeRanges(n uint32, rest []byte) (RangeList, error) {
+	switch {
+	case n > MaxRanges:
+		return RangeList{}, ErrTooManyRanges
+	case int(n)*RangeLen > len(rest):
+		return RangeList{}, ErrTruncated
+	case int(n)*RangeLen < len(rest):
+		return RangeList{}, ErrMalformed
+	}
+	l := RangeList{b: rest, n: int(n)}
 	for i := range int(n) {
-		if !x.Ranges.At(i).Valid() {
-			return XmitReq{}, ErrMalformed
+		if !l.At(i).Valid() {
+			return RangeList{}, ErrMalformed
 		}
 	}
-	return x, nil
+	return l, nil
+}
+
+// checkRanges reports what an encoder must refuse in ranges:
+// ErrTooManyRanges above MaxRanges, ErrMalformed for an invalid range.
+func checkRanges[R Ranges](ranges R) error {
+	if ranges.Len() > MaxRanges {
+		return ErrTooManyRanges
+	}
+	for i := range ranges.Len() {
+		if !ranges.At(i).Valid() {
+			return ErrMalformed
+		}
+	}
+	return nil
+}
+
+// putRanges writes ranges at b, which has room for them.
+func putRanges[R Ranges](b []byte, ranges R) {
+	for i := range ranges.Len() {
+		r := ranges.At(i)
+		binary.LittleEndian.PutUint64(b[i*RangeLen:], r.From)
+		binary.LittleEndian.PutUint64(b[i*RangeLen+8:], r.To)
+	}
 }
 
 // EncodeXmitReq writes an XMIT_REQ into buf and returns the datagram. It
 // fails with ErrTooManyRanges above MaxRanges, ErrMalformed for what
 // DecodeXmitReq rejects, and ErrShortBuffer if buf is too small.
 func EncodeXmitReq(buf []byte, h Header, view digest.ViewID, target digest.Member, delivered uint64, ranges []Range) ([]byte, error) {
-	if len(ranges) > MaxRanges {
-		return nil, ErrTooManyRanges
+	if err := checkRanges(RangeSlice(ranges)); err != nil {
+		return nil, err
 	}
 	if len(ranges) == 0 || target.IsZero() {
 		return nil, ErrMalformed
-	}
-	for _, r := range ranges {
-		if !r.Valid() {
-			return nil, ErrMalformed
-		}
 	}
 	h, err := start(buf, h, TypeXmitReq, XmitReqOverhead, len(ranges)*RangeLen)
 	if err != nil {
@@ -245,11 +275,7 @@ func EncodeXmitReq(buf []byte, h Header, view digest.ViewID, target digest.Membe
 	putMember(b[20:], target)
 	binary.LittleEndian.PutUint64(b[32:], delivered)
 	binary.LittleEndian.PutUint32(b[40:], uint32(len(ranges)))
-	b = buf[XmitReqOverhead:]
-	for i, r := range ranges {
-		binary.LittleEndian.PutUint64(b[i*RangeLen:], r.From)
-		binary.LittleEndian.PutUint64(b[i*RangeLen+8:], r.To)
-	}
+	putRanges(buf[XmitReqOverhead:], RangeSlice(ranges))
 	return finish(buf, h, XmitReqOverhead+len(ranges)*RangeLen), nil
 }
 
