@@ -126,24 +126,31 @@ func (p *Protocol) dropChallenge(s *sender) {
 	}
 }
 
+// decodeNotFound decodes a CHALLENGE or ECHO; ok is false when it does not
+// decode (counted, err) or is not a MSG_NOT_FOUND confirmation (ADDRESS
+// challenges are the engine's).
+func (p *Protocol) decodeNotFound(h wire.Header, body []byte) (c wire.Challenge, ok bool, err error) {
+	if c, err = wire.DecodeChallenge(h, body); err != nil {
+		p.stats.Drops.Malformed++
+		return c, false, err
+	}
+	return c, c.Kind == wire.ChallengeNotFound, nil
+}
+
 // onChallenge answers another member's CHALLENGE of a MSG_NOT_FOUND of
 // ours: an ECHO, to its known address, only if it is for our view and we
 // hold none of the seqnos it names. ADDRESS challenges are the engine's.
 func (p *Protocol) onChallenge(h wire.Header, body []byte) error {
-	c, err := wire.DecodeChallenge(h, body)
-	if err != nil {
-		p.stats.Drops.Malformed++
+	c, ok, err := p.decodeNotFound(h, body)
+	if !ok {
 		return err
-	}
-	if c.Kind != wire.ChallengeNotFound {
-		return nil
 	}
 	if !p.peer(h.Sender) || c.Target != p.self {
 		p.stats.Drops.Stranger++
 		return nil
 	}
 	low := p.own.win.Low()
-	ok := p.hasView && c.View == p.view.ID && c.Ranges.Len() > 0
+	ok = p.hasView && c.View == p.view.ID && c.Ranges.Len() > 0
 	for i := 0; ok && i < c.Ranges.Len(); i++ {
 		ok = c.Ranges.At(i).To <= low
 	}
@@ -168,13 +175,9 @@ func (p *Protocol) onChallenge(h wire.Header, body []byte) error {
 // onEcho confirms the pending challenge the ECHO answers (same sender,
 // nonce, view and range) and acts on its MSG_NOT_FOUND.
 func (p *Protocol) onEcho(h wire.Header, body []byte, now time.Duration) error {
-	e, err := wire.DecodeChallenge(h, body)
-	if err != nil {
-		p.stats.Drops.Malformed++
+	e, ok, err := p.decodeNotFound(h, body)
+	if !ok {
 		return err
-	}
-	if e.Kind != wire.ChallengeNotFound {
-		return nil
 	}
 	s := p.senders[h.Sender]
 	if s == nil || !s.chal.active {
