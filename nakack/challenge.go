@@ -3,8 +3,8 @@ package nakack
 import (
 	"context"
 	crand "crypto/rand"
-	"encoding/binary"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
@@ -49,11 +49,13 @@ type notFoundChallenge struct {
 	raw    wire.MsgNotFound // the fields logged (its Digest is not kept)
 }
 
-// randomNonce is Config.Nonce's default: 8 bytes from crypto/rand.
-func randomNonce() uint64 {
-	var b [8]byte
-	_, _ = crand.Read(b[:]) // never fails (Go 1.24+: it crashes the program instead)
-	return binary.LittleEndian.Uint64(b[:])
+// randomNonces returns Config.Nonce's default: a ChaCha8 generator (a
+// cryptographically strong one) seeded from crypto/rand, so that nonces
+// cannot be predicted from outside and drawing one allocates nothing.
+func randomNonces() func() uint64 {
+	var seed [32]byte
+	_, _ = crand.Read(seed[:]) // never fails (Go 1.24+: it crashes the program instead)
+	return rand.NewChaCha8(seed).Uint64
 }
 
 // challengeNotFound starts (or keeps) the confirmation of m, a

@@ -162,8 +162,9 @@ type Config struct {
 	// MSG_NOT_FOUND is the one message that makes a member skip data.
 	Authenticated bool
 	// Nonce returns the challenges' nonces: it must be unpredictable to
-	// anyone outside the group (default: crypto/rand). Tests and the
-	// simulator pass a seeded one so that a run replays.
+	// anyone outside the group (default: a ChaCha8 generator seeded from
+	// crypto/rand). Tests and the simulator pass a seeded one so that a
+	// run replays.
 	Nonce func() uint64
 	// ChallengeTimeout is how long a receiver waits for the echo of a
 	// CHALLENGE before sending it again, ChallengeAttempts how many it
@@ -286,7 +287,7 @@ func (c *Config) securityDefaults() error {
 		c.ChallengeTimeout = c.NakInterval
 	}
 	if c.Nonce == nil {
-		c.Nonce = randomNonce
+		c.Nonce = randomNonces()
 	}
 	switch {
 	case c.RepairRatio < 1 || c.RepairBurst < c.MaxDatagram:
