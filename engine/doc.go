@@ -45,7 +45,12 @@
 // The agent routes membership datagrams (wire types 16..39, gms.IsMembership)
 // to gms and the rest to the protocol, runs both state machines' timers,
 // and sends gms's outbox (unicasts to the peer's unicast address, which is
-// Member.LocalAddr).
+// Member.LocalAddr). Before either sees a datagram, the agent checks it
+// against its routing table (routes.go, admit.go): a datagram that claims
+// a member must come from that member's address, which only views, the
+// membership exchanges gms sends and the configuration set, never a
+// received datagram; what comes from outside the view reaches gms only
+// (discovery, joins, merges), and every refusal is counted by reason.
 //
 // Static membership (Config.Members set: benchmarks, fixed deployments)
 // skips all of that: Config.Members lists the view, the same on every

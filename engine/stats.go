@@ -190,7 +190,7 @@ type Stats struct {
 	SentDirect       uint64
 	SocketErrors     uint64 // read/write errors other than closing
 	ReceiveErrors    uint64 // datagrams the protocol refused (also in Drops)
-	UnicastViaGroup  uint64 // unicasts sent through the group: destination address not learned yet
+	UnicastViaGroup  uint64 // unicasts sent through the group: no address for the destination (a static member not bound yet)
 	DiscardedOnClose uint64 // messages not polled when Close drained (pull mode)
 	// Backlog is the largest number of messages of one sender received but
 	// not yet delivered (measured every 100ms): the application's lag.
