@@ -56,12 +56,18 @@ func (p *Protocol) earnCredit(r digest.Member, size int) *repairCredit {
 	return c
 }
 
-// pruneCredits forgets the credit of members that can no longer request
-// (called when a view is installed).
-func (p *Protocol) pruneCredits() {
+// viewCredits gives every other member of the view its credit (so that
+// no request allocates one) and forgets the credit of members that can no
+// longer request (called when a view is installed).
+func (p *Protocol) viewCredits() {
 	for m := range p.credits {
 		if !p.peer(m) {
 			delete(p.credits, m)
+		}
+	}
+	for _, m := range p.view.Members {
+		if _, ok := p.credits[m]; !ok && m != p.self {
+			p.credits[m] = &repairCredit{tokens: int64(p.cfg.RepairBurst)}
 		}
 	}
 }

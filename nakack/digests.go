@@ -181,7 +181,7 @@ func (p *Protocol) installView(v View, d digest.Digest, merge bool, now time.Dur
 	p.round.init(n, p.stablePer())
 	p.lastStab, p.chaseAt = p.lastStab[:0], NoDeadline
 	p.groupRecv = 0 // a new member may not have read anything yet
-	p.pruneCredits()
+	p.viewCredits()
 	for len(p.challenged) > 0 { // a MSG_NOT_FOUND counts for its view only
 		p.dropChallenge(p.challenged[0])
 	}
