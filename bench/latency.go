@@ -81,18 +81,7 @@ func RunEnginePingPong(ctx context.Context, cfg EnginePingPongConfig) (PingPongL
 	if !cfg.Group.IsValid() {
 		cfg.Group = RandomGroup()
 	}
-	if cfg.MsgSize == 0 {
-		cfg.MsgSize = 64
-	}
-	if cfg.Count == 0 {
-		cfg.Count = 10000
-	}
-	if cfg.Warmup == 0 {
-		cfg.Warmup = cfg.Count / 10
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = time.Minute
-	}
+	pingPongDefaults(&cfg.MsgSize, &cfg.Count, &cfg.Warmup, &cfg.Timeout)
 	if cfg.MsgSize < 1 || cfg.Count < 1 || cfg.Warmup < 0 {
 		return PingPongLatency{}, fmt.Errorf("bench: EnginePingPongConfig: MsgSize %d, Count %d, Warmup %d: want positive sizes and counts", cfg.MsgSize, cfg.Count, cfg.Warmup)
 	}

@@ -23,26 +23,18 @@ import (
 // NetnsPingPongConfig configures RunNetnsPingPong. Zero fields take the
 // defaults named.
 type NetnsPingPongConfig struct {
-	// Transport, NoGSO and XDPMode go to both members' engine.Config.
-	Transport string
-	NoGSO     bool
-	XDPMode   string
-	// Keys (or KeyFile), Encrypt and Insecure are as in MemberConfig:
-	// without Keys and Insecure the run generates a group key.
-	Keys     []engine.Key
-	KeyFile  string
-	Encrypt  bool
-	Insecure bool
-	// Idle and Threading are both members' (default engine.IdleSpin and
+	// Member gives both members' Transport, NoGSO, XDPMode, MsgSize
+	// (default 64) and Keys (or KeyFile), Encrypt and Insecure (without
+	// Keys and Insecure the run generates a group key); Idle and
+	// Threading are both members' (default engine.IdleSpin and
 	// engine.ThreadingInvoked: each process spins on one goroutine that
 	// runs its agent, the lowest latency on a machine with few cores).
-	Idle      engine.IdleStrategy
-	Threading engine.Threading
-	// MsgSize of ping and pong (default 64), Count round trips measured
-	// (default 10000) after Warmup (default Count/10); Timeout bounds the
-	// run (default 60 s).
-	MsgSize, Count, Warmup int
-	Timeout                time.Duration
+	// The rest is set per run.
+	Member MemberConfig
+	// Count round trips are measured (default 10000) after Warmup
+	// (default Count/10); Timeout bounds the run (default 60 s).
+	Count, Warmup int
+	Timeout       time.Duration
 	// Netns, MTU, Exe (for example {"/usr/bin/mcastbench",
 	// "pingpong-member"}), Env and Progress are as in NetnsRunConfig.
 	Netns    *Netns
@@ -53,22 +45,28 @@ type NetnsPingPongConfig struct {
 }
 
 func (c NetnsPingPongConfig) withDefaults() NetnsPingPongConfig {
-	if c.Idle == 0 && c.Threading == 0 {
-		c.Idle, c.Threading = engine.IdleSpin, engine.ThreadingInvoked
+	if c.Member.Idle == 0 && c.Member.Threading == 0 {
+		c.Member.Idle, c.Member.Threading = engine.IdleSpin, engine.ThreadingInvoked
 	}
-	if c.MsgSize == 0 {
-		c.MsgSize = 64
-	}
-	if c.Count == 0 {
-		c.Count = 10000
-	}
-	if c.Warmup == 0 {
-		c.Warmup = c.Count / 10
-	}
-	if c.Timeout == 0 {
-		c.Timeout = time.Minute
-	}
+	pingPongDefaults(&c.Member.MsgSize, &c.Count, &c.Warmup, &c.Timeout)
 	return c
+}
+
+// pingPongDefaults fills in a ping-pong's zero sizes and bounds: 64 B,
+// 10000 round trips after a tenth as many, a minute.
+func pingPongDefaults(msgSize, count, warmup *int, timeout *time.Duration) {
+	if *msgSize == 0 {
+		*msgSize = 64
+	}
+	if *count == 0 {
+		*count = 10000
+	}
+	if *warmup == 0 {
+		*warmup = *count / 10
+	}
+	if *timeout == 0 {
+		*timeout = time.Minute
+	}
 }
 
 // RunNetnsPingPong measures the round trip of messages between two member
@@ -92,8 +90,8 @@ func RunNetnsPingPong(ctx context.Context, cfg NetnsPingPongConfig) (PingPongLat
 		return PingPongLatency{}, err
 	}
 	defer os.RemoveAll(dir)
-	auth := MemberConfig{Keys: cfg.Keys, KeyFile: cfg.KeyFile, Encrypt: cfg.Encrypt, Insecure: cfg.Insecure}
-	if err := netnsKeys(&auth, dir); err != nil {
+	mc := cfg.Member
+	if err := netnsKeys(&mc, dir); err != nil {
 		return PingPongLatency{}, err
 	}
 	runID := RandomRunID()
@@ -101,16 +99,16 @@ func RunNetnsPingPong(ctx context.Context, cfg NetnsPingPongConfig) (PingPongLat
 	for i := range specs {
 		out := filepath.Join(dir, fmt.Sprintf("pingpong%d.json", i))
 		a := []string{"-role", [2]string{"ping", "pong"}[i], "-run-id", strconv.FormatUint(runID, 10),
-			"-group", NetnsGroup.String(), "-transport", cfg.Transport, "-idle", cfg.Idle.String(),
-			"-threading", cfg.Threading.String(), "-size", strconv.Itoa(cfg.MsgSize),
+			"-group", NetnsGroup.String(), "-transport", mc.Transport, "-idle", mc.Idle.String(),
+			"-threading", mc.Threading.String(), "-size", strconv.Itoa(mc.MsgSize),
 			"-count", strconv.Itoa(cfg.Count), "-warmup", strconv.Itoa(cfg.Warmup), "-out", out}
-		if cfg.NoGSO {
+		if mc.NoGSO {
 			a = append(a, "-no-gso")
 		}
-		if cfg.XDPMode != "" {
-			a = append(a, "-xdp-mode", cfg.XDPMode)
+		if mc.XDPMode != "" {
+			a = append(a, "-xdp-mode", mc.XDPMode)
 		}
-		a = appendAuthArgs(a, auth.KeyFile, auth.Encrypt, auth.Insecure)
+		a = appendAuthArgs(a, mc.KeyFile, mc.Encrypt, mc.Insecure)
 		a = appendProcessArgs(a, "eth0", netip.AddrPortFrom(ns.Addrs[i], 0), 1, cfg.Timeout, true)
 		specs[i] = procSpec{argv: append(append([]string(nil), cfg.Exe...), a...), out: out}
 	}

@@ -151,9 +151,10 @@ func compareRun(ctx context.Context, cfg TransportCompareConfig, tr string) (Tra
 		s.RawMsgsPerSec, s.RawRecvCPUNs = raw.MsgsPerSec, raw.RecvCPUNs
 	}
 	if cfg.PingCount > 0 {
-		pp, err := RunNetnsPingPong(ctx, NetnsPingPongConfig{Transport: mc.Transport, NoGSO: mc.NoGSO, XDPMode: mc.XDPMode,
-			Keys: mc.Keys, KeyFile: mc.KeyFile, Encrypt: mc.Encrypt, Insecure: mc.Insecure,
-			MsgSize: mc.MsgSize, Count: cfg.PingCount, Netns: cfg.Netns, Exe: cfg.PingExe, Env: cfg.Env, Progress: cfg.Progress})
+		pm := MemberConfig{Transport: mc.Transport, NoGSO: mc.NoGSO, XDPMode: mc.XDPMode, MsgSize: mc.MsgSize,
+			Keys: mc.Keys, KeyFile: mc.KeyFile, Encrypt: mc.Encrypt, Insecure: mc.Insecure}
+		pp, err := RunNetnsPingPong(ctx, NetnsPingPongConfig{Member: pm, Count: cfg.PingCount, Netns: cfg.Netns,
+			Exe: cfg.PingExe, Env: cfg.Env, Progress: cfg.Progress})
 		if err != nil {
 			return s, mode, fmt.Errorf("ping-pong: %w", err)
 		}

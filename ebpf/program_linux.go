@@ -50,7 +50,6 @@ func le32(b []byte) int32 { return int32(binary.LittleEndian.Uint32(b)) }
 // costs nothing, needs no clang, and leaves no generated object to keep
 // in step with the code.
 func programInstructions(group netip.AddrPort, maxFrame int, xsks int) asm.Instructions {
-	port := le16(group.Port())
 	insns := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.LoadMem(asm.R2, asm.R1, mdData, asm.Word),
@@ -61,59 +60,13 @@ func programInstructions(group netip.AddrPort, maxFrame int, xsks int) asm.Instr
 		asm.JGT.Reg(asm.R3, asm.R4, "pass"),
 	}
 	if g := group.Addr(); g.Is4() {
-		a := g.As4()
-		insns = append(insns,
-			// The shortest frame of interest: Ethernet, IPv4, UDP.
-			asm.Mov.Reg(asm.R4, asm.R2),
-			asm.Add.Imm(asm.R4, hdrLen4),
-			asm.JGT.Reg(asm.R4, asm.R3, "pass"),
-			asm.LoadMem(asm.R5, asm.R2, 12, asm.Half),
-			asm.JNE.Imm(asm.R5, le16(etherTypeIPv4), "pass"),
-			asm.LoadMem(asm.R5, asm.R2, ethLen+9, asm.Byte),
-			asm.JNE.Imm(asm.R5, protoUDP, "pass"),
-			asm.LoadMem(asm.R5, asm.R2, ethLen+16, asm.Word),
-			asm.JNE.Imm32(asm.R5, le32(a[:]), "pass"),
-			// A fragment (more fragments, or an offset): the stack's.
-			asm.LoadMem(asm.R5, asm.R2, ethLen+6, asm.Half),
-			asm.And.Imm(asm.R5, le16(0x3fff)),
-			asm.JNE.Imm(asm.R5, 0, "pass"),
-			// UDP header after IHL*4 bytes of IPv4 header.
-			asm.LoadMem(asm.R5, asm.R2, ethLen, asm.Byte),
-			asm.And.Imm(asm.R5, 0x0f),
-			asm.LSh.Imm(asm.R5, 2),
-			asm.JLT.Imm(asm.R5, ipv4Len, "pass"),
-			asm.Mov.Reg(asm.R4, asm.R2),
-			asm.Add.Reg(asm.R4, asm.R5),
-			asm.Mov.Reg(asm.R7, asm.R4),
-			asm.Add.Imm(asm.R7, ethLen+udpLen),
-			asm.JGT.Reg(asm.R7, asm.R3, "pass"),
-			asm.LoadMem(asm.R5, asm.R4, ethLen+2, asm.Half),
-			asm.JNE.Imm(asm.R5, port, "pass"),
-		)
+		insns = append(insns, ipv4Match(g.As4())...)
 	} else {
-		a := g.As16()
-		insns = append(insns,
-			asm.Mov.Reg(asm.R4, asm.R2),
-			asm.Add.Imm(asm.R4, hdrLen6),
-			asm.JGT.Reg(asm.R4, asm.R3, "pass"),
-			asm.LoadMem(asm.R5, asm.R2, 12, asm.Half),
-			asm.JNE.Imm(asm.R5, le16(etherTypeIPv6), "pass"),
-			// Next header UDP: a datagram behind extension headers passes.
-			asm.LoadMem(asm.R5, asm.R2, ethLen+6, asm.Byte),
-			asm.JNE.Imm(asm.R5, protoUDP, "pass"),
-		)
-		for i := 0; i < 16; i += 4 {
-			insns = append(insns,
-				asm.LoadMem(asm.R5, asm.R2, int16(ethLen+24+i), asm.Word),
-				asm.JNE.Imm32(asm.R5, le32(a[i:i+4]), "pass"),
-			)
-		}
-		insns = append(insns,
-			asm.LoadMem(asm.R5, asm.R2, ethLen+ipv6Len+2, asm.Half),
-			asm.JNE.Imm(asm.R5, port, "pass"),
-		)
+		insns = append(insns, ipv6Match(g.As16())...)
 	}
 	return append(insns,
+		asm.LoadMem(asm.R5, asm.R4, ethLen+2, asm.Half), // the UDP header at R4+ethLen
+		asm.JNE.Imm(asm.R5, le16(group.Port()), "pass"),
 		asm.LoadMapPtr(asm.R1, xsks),
 		asm.LoadMem(asm.R2, asm.R6, mdRxQueueIndex, asm.Word),
 		asm.Mov.Imm(asm.R3, xdpPass),
@@ -121,6 +74,60 @@ func programInstructions(group netip.AddrPort, maxFrame int, xsks int) asm.Instr
 		asm.Return(),
 		asm.Mov.Imm(asm.R0, xdpPass).WithSymbol("pass"),
 		asm.Return(),
+	)
+}
+
+// passUnless is a load of size at R2+off compared with v: unequal passes.
+func passUnless(off int16, size asm.Size, v int32) asm.Instructions {
+	return asm.Instructions{asm.LoadMem(asm.R5, asm.R2, off, size), asm.JNE.Imm32(asm.R5, v, "pass")}
+}
+
+// ipv4Match passes any frame but an unfragmented IPv4 UDP datagram to
+// group and leaves R4 so that the UDP header is at R4+ethLen (after IHL*4
+// bytes of IPv4 header; R2 is the frame, R3 its end).
+func ipv4Match(group [4]byte) asm.Instructions {
+	insns := asm.Instructions{
+		// The shortest frame of interest: Ethernet, IPv4, UDP.
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.Add.Imm(asm.R4, hdrLen4),
+		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
+	}
+	insns = append(insns, passUnless(12, asm.Half, le16(etherTypeIPv4))...)
+	insns = append(insns, passUnless(ethLen+9, asm.Byte, protoUDP)...)
+	insns = append(insns, passUnless(ethLen+16, asm.Word, le32(group[:]))...)
+	return append(insns,
+		// A fragment (more fragments, or an offset): the stack's.
+		asm.LoadMem(asm.R5, asm.R2, ethLen+6, asm.Half),
+		asm.And.Imm(asm.R5, le16(0x3fff)),
+		asm.JNE.Imm(asm.R5, 0, "pass"),
+		asm.LoadMem(asm.R5, asm.R2, ethLen, asm.Byte),
+		asm.And.Imm(asm.R5, 0x0f),
+		asm.LSh.Imm(asm.R5, 2),
+		asm.JLT.Imm(asm.R5, ipv4Len, "pass"),
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.Add.Reg(asm.R4, asm.R5),
+		asm.Mov.Reg(asm.R7, asm.R4),
+		asm.Add.Imm(asm.R7, ethLen+udpLen),
+		asm.JGT.Reg(asm.R7, asm.R3, "pass"),
+	)
+}
+
+// ipv6Match passes any frame but an IPv6 UDP datagram (no extension
+// headers) to group and leaves R4 so that the UDP header is at R4+ethLen.
+func ipv6Match(group [16]byte) asm.Instructions {
+	insns := asm.Instructions{
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.Add.Imm(asm.R4, hdrLen6),
+		asm.JGT.Reg(asm.R4, asm.R3, "pass"),
+	}
+	insns = append(insns, passUnless(12, asm.Half, le16(etherTypeIPv6))...)
+	insns = append(insns, passUnless(ethLen+6, asm.Byte, protoUDP)...)
+	for i := 0; i < 16; i += 4 {
+		insns = append(insns, passUnless(int16(ethLen+24+i), asm.Word, le32(group[i:i+4]))...)
+	}
+	return append(insns,
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.Add.Imm(asm.R4, ipv6Len),
 	)
 }
 

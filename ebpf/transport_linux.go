@@ -239,38 +239,18 @@ func (t *XDP) openSockets() error {
 	return nil
 }
 
-// openEpoll makes the epoll set of every AF_XDP socket and the unicast
-// socket, watched by Go's poller, on which ReadBatch blocks.
+// openEpoll makes the epoll set of every AF_XDP socket and the UDP
+// transport's own set, watched by Go's poller, on which ReadBatch blocks.
 func (t *XDP) openEpoll() error {
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return os.NewSyscallError("epoll_create1", err)
-	}
-	if err := unix.SetNonblock(epfd, true); err != nil {
-		unix.Close(epfd)
-		return os.NewSyscallError("fcntl", err)
-	}
-	t.ep = os.NewFile(uintptr(epfd), "xdp-epoll")
-	add := func(fd int) error {
-		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
-		return os.NewSyscallError("epoll_ctl", unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev))
-	}
+	var fds []int
 	for _, x := range t.socks {
-		if err := add(x.fd); err != nil {
-			return err
-		}
+		fds = append(fds, x.fd)
 	}
-	var cerr error
-	if err := t.uni.PollConn().Control(func(fd uintptr) { cerr = add(int(fd)) }); err != nil {
+	if err := t.uni.PollConn().Control(func(fd uintptr) { fds = append(fds, int(fd)) }); err != nil {
 		return err
 	}
-	if cerr != nil {
-		return cerr
-	}
-	if err := t.ep.SetReadDeadline(time.Time{}); err != nil {
-		return fmt.Errorf("ebpf: epoll set is not pollable by the Go runtime: %w", err)
-	}
-	t.epraw, err = t.ep.SyscallConn()
+	var err error
+	t.ep, t.epraw, err = transport.NewPollSet("xdp-epoll", fds...)
 	return err
 }
 

@@ -430,6 +430,34 @@ func (r *netnsRun) finish(ctx context.Context, ps []*netnsProc) []netnsResult {
 	return res
 }
 
+// deliverExactly runs a stream on joined members ps: once they share a
+// view, members 0..senders-1 send n messages each; every member must
+// deliver them all with no view change meanwhile. It closes the members
+// and checks that each delivered every message of every sender exactly
+// once, in order, returning their results.
+func (r *netnsRun) deliverExactly(ctx context.Context, ps []*netnsProc, senders, n int) []netnsResult {
+	t := r.t
+	t.Helper()
+	id, _ := r.waitView(ctx, ps)
+	t.Logf("view %v installed at every member", id)
+	for _, p := range ps[:senders] {
+		p.command(r, "go")
+	}
+	for _, p := range ps {
+		r.waitFor(ctx, p, "every message delivered", func(st *netnsState) bool { return st.done })
+	}
+	for _, p := range ps {
+		p.mu.Lock()
+		require.Equal(t, id, p.st.view, "member %d: no view change while the messages flowed", p.i)
+		p.mu.Unlock()
+	}
+	res := r.finish(ctx, ps)
+	for k := range senders {
+		r.requireExact(res, k, n, false)
+	}
+	return res
+}
+
 // kill sends SIGKILL to p and reaps it.
 func (r *netnsRun) kill(p *netnsProc) {
 	p.killed = true

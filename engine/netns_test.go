@@ -51,23 +51,7 @@ func TestNetnsExactDelivery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), netnsTimeout())
 	defer cancel()
 	ps := r.startJoined(ctx, r.configs(senders, n, 0, nil)...)
-	id, _ := r.waitView(ctx, ps)
-	t.Logf("view %v installed at every member", id)
-	for _, p := range ps[:senders] {
-		p.command(r, "go")
-	}
-	for _, p := range ps {
-		r.waitFor(ctx, p, "every message delivered", func(st *netnsState) bool { return st.done })
-	}
-	for _, p := range ps {
-		p.mu.Lock()
-		require.Equal(t, id, p.st.view, "member %d: no view change while the messages flowed", p.i)
-		p.mu.Unlock()
-	}
-	res := r.finish(ctx, ps)
-	for k := range senders {
-		r.requireExact(res, k, n, false)
-	}
+	res := r.deliverExactly(ctx, ps, senders, n)
 	requireInjected(t, res)
 }
 

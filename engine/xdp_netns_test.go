@@ -148,22 +148,7 @@ func runXDPGroup(t *testing.T, members int, xdp func(i int) bool) {
 	defer cancel()
 	dropped := r.dropNearSenders(ctx, 0.05)
 	ps := r.startJoined(ctx, r.xdpConfigs(senders, n, xdp)...)
-	id, _ := r.waitView(ctx, ps)
-	for _, p := range ps[:senders] {
-		p.command(r, "go")
-	}
-	for _, p := range ps {
-		r.waitFor(ctx, p, "every message delivered", func(st *netnsState) bool { return st.done })
-	}
-	for _, p := range ps {
-		p.mu.Lock()
-		require.Equal(t, id, p.st.view, "member %d: no view change while the messages flowed", p.i)
-		p.mu.Unlock()
-	}
-	res := r.finish(ctx, ps)
-	for k := range senders {
-		r.requireExact(res, k, n, false)
-	}
+	res := r.deliverExactly(ctx, ps, senders, n)
 	requireXDPUsed(t, res, xdp)
 	requireRepaired(t, res, dropped())
 	r.requireNoXDP(t)

@@ -263,35 +263,16 @@ func (u *UDP) open(ifi *net.Interface) error {
 	}
 
 	// The epoll set both sockets are in; Go's poller watches the set.
-	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return os.NewSyscallError("epoll_create1", err)
-	}
-	if err := unix.SetNonblock(epfd, true); err != nil {
-		unix.Close(epfd)
-		return os.NewSyscallError("fcntl", err)
-	}
-	u.ep = os.NewFile(uintptr(epfd), "transport-epoll")
+	var fds []int
 	for _, raw := range []syscall.RawConn{u.uraw, u.graw} {
 		if raw == nil {
 			continue
 		}
-		var cerr error
-		if err := raw.Control(func(fd uintptr) {
-			ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
-			cerr = unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
-		}); err != nil {
+		if err := raw.Control(func(fd uintptr) { fds = append(fds, int(fd)) }); err != nil {
 			return err
 		}
-		if cerr != nil {
-			return os.NewSyscallError("epoll_ctl", cerr)
-		}
 	}
-	if err := u.ep.SetReadDeadline(time.Time{}); err != nil {
-		return fmt.Errorf("transport: epoll set is not pollable by the Go runtime: %w", err)
-	}
-	u.epraw, err = u.ep.SyscallConn()
-	if err != nil {
+	if u.ep, u.epraw, err = NewPollSet("transport-epoll", fds...); err != nil {
 		return err
 	}
 
@@ -301,6 +282,41 @@ func (u *UDP) open(ifi *net.Interface) error {
 	u.info.Local = u.local
 	u.info.BatchSize = cfg.BatchSize
 	return nil
+}
+
+// NewPollSet returns an epoll set watching fds for reading, as a file
+// that Go's poller watches: a blocking read waits on it (the RawConn's
+// Read) until one of them is readable, and its read deadline ends the
+// wait. The UDP backend waits on its two sockets this way; ebpf/ on its
+// AF_XDP sockets and the UDP backend's set. Closing the file wakes a
+// blocked read.
+func NewPollSet(name string, fds ...int) (*os.File, syscall.RawConn, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, nil, os.NewSyscallError("epoll_create1", err)
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return nil, nil, os.NewSyscallError("fcntl", err)
+	}
+	ep := os.NewFile(uintptr(epfd), name)
+	for _, fd := range fds {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+			ep.Close()
+			return nil, nil, os.NewSyscallError("epoll_ctl", err)
+		}
+	}
+	if err := ep.SetReadDeadline(time.Time{}); err != nil {
+		ep.Close()
+		return nil, nil, fmt.Errorf("transport: epoll set is not pollable by the Go runtime: %w", err)
+	}
+	raw, err := ep.SyscallConn()
+	if err != nil {
+		ep.Close()
+		return nil, nil, err
+	}
+	return ep, raw, nil
 }
 
 // newUDPSocket makes a UDP socket bound to sa as an *os.File that Go's
