@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nakcast/nakcast/engine/transport"
 )
 
@@ -66,10 +68,18 @@ func (t *XDP) TryReadBatch(bufs [][]byte, sizes []int, srcs []netip.AddrPort) (i
 		}
 		t.readRings()
 	}
-	if r.n < r.max && (r.calls%socketsEvery == 0 || (r.n > 0 && time.Since(r.socketsAt) > socketsInterval)) {
+	if r.calls%socketsEvery == 0 || t.socketsDue() {
 		t.readSockets()
 	}
 	return t.endRead(nil)
+}
+
+// socketsDue reports whether a read that found datagrams on the rings
+// reads the UDP transport's sockets too: once socketsInterval has passed
+// since it last did (a busy caller reads them that often at least).
+func (t *XDP) socketsDue() bool {
+	r := &t.rd
+	return r.n > 0 && r.n < r.max && time.Since(r.socketsAt) > socketsInterval
 }
 
 // socketsEvery is how often (in calls) TryReadBatch reads the UDP
@@ -107,20 +117,30 @@ func (t *XDP) endRead(err error) (int, error) {
 }
 
 // pollRead is ReadBatch's read, also run under the epoll set's
-// RawConn.Read: the rings, then the UDP transport's sockets; true ends
-// the wait.
+// RawConn.Read: the rings, then, when they were empty (or socketsDue),
+// the UDP transport's sockets; true ends the wait. The epoll set watches
+// the sockets level-triggered, so a socket left unread while the rings
+// kept the caller busy is read by the first call that finds them empty.
 func (t *XDP) pollRead(uintptr) bool {
 	t.readRings()
-	if t.rd.n < t.rd.max {
+	if t.rd.n == 0 || t.socketsDue() {
 		t.readSockets()
 	}
 	return t.rd.n > 0 || t.rd.err != nil
 }
 
-// readSockets reads the UDP transport's two sockets into the free slots.
+// readSockets reads the UDP transport's two sockets into the free slots,
+// if its epoll set says one of them has something: one epoll_wait that
+// does not wait instead of a recvmmsg on each socket.
 func (t *XDP) readSockets() {
 	r := &t.rd
+	if r.n >= r.max {
+		return
+	}
 	r.socketsAt = time.Now()
+	if n, err := unix.EpollWait(t.uniEp, r.events[:], 0); err == nil && n == 0 {
+		return
+	}
 	var srcs []netip.AddrPort
 	if len(r.srcs) > r.n {
 		srcs = r.srcs[r.n:]

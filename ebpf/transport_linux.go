@@ -63,6 +63,7 @@ type XDP struct {
 	zone     string
 
 	uni    *transport.UDP
+	uniEp  int // uni's epoll set, which says when its sockets have something
 	xsks   *cebpf.Map
 	prog   *cebpf.Program
 	lnk    link.Link
@@ -96,6 +97,7 @@ type xdpReader struct {
 	next      int // the socket read first
 	calls     uint
 	socketsAt time.Time // the last read of the UDP transport's sockets
+	events    [1]unix.EpollEvent
 	err       error
 	boundPoll func(uintptr) bool
 }
@@ -246,9 +248,10 @@ func (t *XDP) openEpoll() error {
 	for _, x := range t.socks {
 		fds = append(fds, x.fd)
 	}
-	if err := t.uni.PollConn().Control(func(fd uintptr) { fds = append(fds, int(fd)) }); err != nil {
+	if err := t.uni.PollConn().Control(func(fd uintptr) { t.uniEp = int(fd) }); err != nil {
 		return err
 	}
+	fds = append(fds, t.uniEp)
 	var err error
 	t.ep, t.epraw, err = transport.NewPollSet("xdp-epoll", fds...)
 	return err
