@@ -29,11 +29,11 @@ import (
 // xdpNetns is a test's namespaces.
 type xdpNetns struct {
 	*bench.Netns
-	t *testing.T
+	t testing.TB
 }
 
 // needXDP skips the test unless it runs as root with iproute2.
-func needXDP(t *testing.T) {
+func needXDP(t testing.TB) {
 	t.Helper()
 	if err := bench.CheckNetns(); err != nil {
 		t.Skipf("skipping the AF_XDP namespace test: %v", err)
@@ -43,7 +43,7 @@ func needXDP(t *testing.T) {
 // newXDPNetns makes n member namespaces with IPv4 and IPv6 addresses;
 // at cleanup it checks that no XDP program is left on any interface and
 // deletes them.
-func newXDPNetns(t *testing.T, n int) *xdpNetns {
+func newXDPNetns(t testing.TB, n int) *xdpNetns {
 	t.Helper()
 	needXDP(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
