@@ -420,7 +420,8 @@ func (g *GMS) tickCuts(now time.Duration) {
 	}
 	for _, sender := range sortedKeys(g.cuts) {
 		c := g.cuts[sender]
-		if c.closed || now < c.resendAt {
+		if c == nil || c.closed || now < c.resendAt {
+			// nil: a cut that closed in this loop pruned it (checkCut).
 			continue
 		}
 		c.resendAt = now + g.cfg.ViewAckTimeout

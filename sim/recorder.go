@@ -63,6 +63,26 @@ func (l *Ledger) Highest(sender digest.Member) uint64 {
 	return s[len(s)-1].last
 }
 
+// Message returns the message of sender that seqno seq belongs to: its
+// first and last seqno (first == last unless fragmented) and its payload
+// hash; ok is false if sender never sent seq.
+func (l *Ledger) Message(sender digest.Member, seq uint64) (first, last, hash uint64, ok bool) {
+	s := l.sent[sender]
+	i, found := slices.BinarySearchFunc(s, seq, func(m sentMsg, seq uint64) int {
+		switch {
+		case m.last < seq:
+			return -1
+		case m.first > seq:
+			return 1
+		}
+		return 0
+	})
+	if !found {
+		return 0, 0, 0, false
+	}
+	return s[i].first, s[i].last, s[i].hash, true
+}
+
 // Senders returns the senders in the order they first sent.
 func (l *Ledger) Senders() []digest.Member { return slices.Clone(l.senders) }
 

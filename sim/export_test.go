@@ -1,0 +1,19 @@
+package sim
+
+// Flags and build facts for the external tests (package sim_test).
+
+// ReplaySeed returns -sim.seed (-1: none).
+func ReplaySeed() int64 { return *flagSeed }
+
+// WholeGroupSeeds is how many whole-group randomised seeds to run: 120, 12
+// under -race, -sim.seeds when set.
+func WholeGroupSeeds() int {
+	switch {
+	case *flagSeeds > 0:
+		return *flagSeeds
+	case raceEnabled:
+		return 12
+	default:
+		return 120
+	}
+}

@@ -1,0 +1,270 @@
+package members
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+)
+
+// IdleCheck is how long a settled group is watched for retransmission
+// traffic (there must be none) and for purging everything.
+const IdleCheck = 3 * time.Second
+
+// Settled reports whether the nodes that should be members (Final) are in
+// one view, with nothing pending and everything delivered.
+func (c *Cluster) Settled() bool {
+	f := c.Final()
+	return len(f) > 0 && Converged(f...) && Quiet(f...) && Delivered(f...)
+}
+
+// Check runs the checks of a settled group (see the package doc) and
+// returns every violation found.
+func (c *Cluster) Check() error {
+	final := c.Final()
+	errs := []error{c.checkCuts(final), c.checkBoundaries(), c.checkStates(final), c.checkMalformed()}
+	return errors.Join(errs...)
+}
+
+// CheckIdle runs the group for IdleCheck and requires that no XMIT_REQ,
+// repair or MSG_NOT_FOUND is sent meanwhile and that every final member
+// purged everything of every sender of its view.
+func (c *Cluster) CheckIdle() error {
+	m := c.Meter
+	xmits, repairs, mnf := m.XmitReqs(), m.RepairDatagrams, m.MsgNotFounds()
+	settled := c.Sim.Now()
+	if err := c.Sim.RunUntil(settled + IdleCheck); err != nil {
+		return err
+	}
+	if x, r, n := m.XmitReqs()-xmits, m.RepairDatagrams-repairs, m.MsgNotFounds()-mnf; x+r+n > 0 {
+		return fmt.Errorf("retransmission traffic after settling at %v: %d XMIT_REQ, %d repairs, %d MSG_NOT_FOUND (last at %v)",
+			settled, x, r, n, m.LastRetransmission)
+	}
+	for _, n := range c.Final() {
+		inc := n.Cur()
+		if inc == nil {
+			return fmt.Errorf("%v left the group while idle", n)
+		}
+		for _, e := range inc.P.Digest().Entries() {
+			if hi := c.Ledger.Highest(e.Member); e.Low != hi || e.Delivered != hi || e.Received != hi {
+				return fmt.Errorf("%v retains %v after idling (sender's highest %d)", n, e, hi)
+			}
+		}
+	}
+	return nil
+}
+
+// every calls fn for every incarnation of every node, in order.
+func (c *Cluster) every(fn func(inc *Incarnation)) {
+	for _, n := range c.nodes {
+		for _, inc := range n.incs {
+			fn(inc)
+		}
+	}
+}
+
+// checkCuts: every final member completed every cut it applied (its
+// stream reaches the cut, its window is closed), and the survivors of one
+// cut (members that closed the sender's window after the same view dropped
+// it) have the same stream of it from where they stood then up to the cut,
+// boundaries included.
+func (c *Cluster) checkCuts(final []*Node) error {
+	for _, n := range final {
+		inc := n.Cur()
+		for _, ep := range inc.Episodes {
+			if ep.Closed && ep.HasCut && inc.App.next(ep.Sender) <= ep.Cut {
+				return fmt.Errorf("%v: %v's stream ends at %d, before its cut %d", n, ep.Sender, inc.App.next(ep.Sender)-1, ep.Cut)
+			}
+		}
+	}
+	type key struct {
+		sender digest.Member
+		view   digest.ViewID
+	}
+	type survivor struct {
+		inc *Incarnation
+		ep  *Episode
+	}
+	first := map[key]survivor{}
+	var err error
+	c.every(func(inc *Incarnation) {
+		for _, ep := range inc.Episodes {
+			if !ep.Closed || !ep.HasCut {
+				continue
+			}
+			k := key{ep.Sender, ep.Dropped}
+			f, ok := first[k]
+			if !ok {
+				first[k] = survivor{inc, ep}
+				continue
+			}
+			if f.ep.Cut != ep.Cut {
+				err = errors.Join(err, fmt.Errorf("survivors %v and %v of the view %v that dropped %v closed it at cuts %d and %d",
+					f.inc.Member, inc.Member, k.view, k.sender, f.ep.Cut, ep.Cut))
+				continue
+			}
+			from := max(f.ep.From, ep.From)
+			if e := sameStream(f.inc.App.Stream(k.sender), inc.App.Stream(k.sender), from, ep.Cut); e != nil {
+				err = errors.Join(err, fmt.Errorf("survivors %v and %v of the view %v that dropped %v: %w", f.inc.Member, inc.Member, k.view, k.sender, e))
+			}
+		}
+	})
+	return err
+}
+
+// sameStream requires a and b to have the same events over the seqnos
+// both account for in [from, upto]: the same deliveries and the same lost
+// ranges with the same boundaries (clipped to the common span).
+func sameStream(a, b *Stream, from, upto uint64) error {
+	if a == nil || b == nil {
+		return nil
+	}
+	lo, hi := max(a.Start, b.Start, from), min(a.Next, b.Next, upto+1)-1
+	if lo > hi {
+		return nil
+	}
+	ea, eb := clip(a.Events, lo, hi), clip(b.Events, lo, hi)
+	if !slices.Equal(ea, eb) {
+		return fmt.Errorf("streams of %v differ over [%d,%d]: %v and %v", a.Sender, lo, hi, ea, eb)
+	}
+	return nil
+}
+
+// span is an event reduced to what two streams must agree on.
+type span struct {
+	lost     bool
+	from, to uint64
+}
+
+// clip returns the events overlapping [lo, hi], clipped to it.
+func clip(evs []Event, lo, hi uint64) []span {
+	var out []span
+	for _, e := range evs {
+		if e.To < lo || e.From > hi {
+			continue
+		}
+		out = append(out, span{lost: e.Lost, from: max(e.From, lo), to: min(e.To, hi)})
+	}
+	return out
+}
+
+// checkBoundaries: two members that report the same maximal run of a
+// sender's seqnos lost (adjacent lost ranges together) report it in the
+// same ranges.
+func (c *Cluster) checkBoundaries() error {
+	type block struct {
+		sender   digest.Member
+		from, to uint64
+	}
+	seen := map[block][]span{}
+	owner := map[block]digest.Member{}
+	var err error
+	c.every(func(inc *Incarnation) {
+		for _, s := range inc.App.Senders() {
+			evs := inc.App.Stream(s).Events
+			for i := 0; i < len(evs); {
+				if !evs[i].Lost {
+					i++
+					continue
+				}
+				j := i
+				for j+1 < len(evs) && evs[j+1].Lost {
+					j++
+				}
+				b := block{s, evs[i].From, evs[j].To}
+				parts := clip(evs[i:j+1], b.from, b.to)
+				if prev, ok := seen[b]; ok && !slices.Equal(prev, parts) {
+					err = errors.Join(err, fmt.Errorf("%v and %v report %v's seqnos %d..%d lost in different ranges: %v and %v",
+						owner[b], inc.Member, s, b.from, b.to, prev, parts))
+				} else if !ok {
+					seen[b], owner[b] = parts, inc.Member
+				}
+				i = j + 1
+			}
+		}
+	})
+	return err
+}
+
+// checkStates: the requester of a state transfer and its provider, both
+// still members at the end, have the same application state of every
+// sender the digest covered that neither was told lost anything of since
+// the transfer.
+func (c *Cluster) checkStates(final []*Node) error {
+	cur := map[digest.Member]*Incarnation{}
+	for _, n := range final {
+		if inc := n.Cur(); inc != nil {
+			cur[inc.Member] = inc
+		}
+	}
+	var err error
+	for _, n := range final {
+		req := n.Cur()
+		if req == nil || len(req.Installs) == 0 {
+			continue
+		}
+		in := req.Installs[len(req.Installs)-1]
+		prov := cur[in.Provider]
+		if prov == nil {
+			continue
+		}
+		for _, e := range in.Digest.Entries() {
+			rs, ps := req.App.Stream(e.Member), prov.App.Stream(e.Member)
+			if rs == nil || ps == nil || lostSince(rs, in.At) || lostSince(ps, in.At) {
+				continue
+			}
+			if rs.Next != ps.Next || rs.Chain != ps.Chain {
+				err = errors.Join(err, fmt.Errorf("state of %v: requester %v (installed from %v at %v) ends at %d chain %x, provider at %d chain %x",
+					e.Member, req.Member, prov.Member, in.At, rs.Next, rs.Chain, ps.Next, ps.Chain))
+			}
+		}
+	}
+	return err
+}
+
+func lostSince(s *Stream, at time.Duration) bool {
+	for _, e := range s.Events {
+		if e.Lost && e.At >= at {
+			return true
+		}
+	}
+	return false
+}
+
+// checkMalformed: no datagram failed to decode anywhere.
+func (c *Cluster) checkMalformed() error {
+	if c.Meter.DecodeErrors > 0 {
+		return fmt.Errorf("%d datagrams on the network failed to decode", c.Meter.DecodeErrors)
+	}
+	var err error
+	for _, n := range c.nodes {
+		if m := n.GMS.Stats().Malformed; m > 0 {
+			err = errors.Join(err, fmt.Errorf("%v: gms rejected %d malformed datagrams", n, m))
+		}
+		for _, inc := range n.incs {
+			if m := inc.P.Stats().Drops.Malformed; m > 0 {
+				err = errors.Join(err, fmt.Errorf("%v: nakack rejected %d malformed datagrams", inc.Member, m))
+			}
+		}
+	}
+	return err
+}
+
+func sortedMembers[V any](m map[digest.Member]V) []digest.Member {
+	ks := make([]digest.Member, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.SortFunc(ks, func(a, b digest.Member) int {
+		switch {
+		case a.Less(b):
+			return -1
+		case b.Less(a):
+			return 1
+		}
+		return 0
+	})
+	return ks
+}

@@ -1,0 +1,329 @@
+package sim_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/gms"
+	"github.com/nakcast/nakcast/nakack"
+	"github.com/nakcast/nakcast/sim"
+	"github.com/nakcast/nakcast/sim/members"
+)
+
+// faultKind is one fault a whole-group scenario mixes into its traffic.
+type faultKind uint8
+
+const (
+	fCrash  faultKind = iota // a member crashes
+	fLeave                   // a member leaves gracefully for good
+	fRejoin                  // a member leaves gracefully and joins again at once
+	fJoin                    // a new member joins
+	fSplit                   // a partition long enough for each side to exclude the other; merged after the heal
+	fBlip                    // a partition too short for any exclusion
+	fState                   // a member fetches the application state
+	fPurge                   // a sender purges its own window past what others delivered (MSG_NOT_FOUND)
+	faultKinds
+)
+
+var faultNames = [...]string{"crash", "leave", "leave+rejoin", "join", "split", "blip", "state", "purge"}
+
+type fault struct {
+	kind faultKind
+	at   time.Duration // from the start of the chaos
+	node uint64
+	dur  time.Duration // split, blip
+	side []uint64      // split, blip: the members cut off from the rest
+}
+
+func (f fault) String() string {
+	s := fmt.Sprintf("%s of %d at %v", faultNames[f.kind], f.node, f.at)
+	if f.kind == fSplit || f.kind == fBlip {
+		s = fmt.Sprintf("%s of %v at %v for %v", faultNames[f.kind], f.side, f.at, f.dur)
+	}
+	return s
+}
+
+// wgScenario is one whole-group randomised run, drawn from its seed.
+type wgScenario struct {
+	seed        uint64
+	members     int // founding members, ids 1..members
+	net         sim.NetConfig
+	window      int // nakack SendWindow and RecvWindow (0: defaults)
+	unicastNaks bool
+	senders     []uint64
+	traffic     []members.Traffic // relative to the start of the chaos
+	faults      []fault
+	chaos       time.Duration
+}
+
+func (sc wgScenario) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d: %d members, loss %.3f+%.3f, dup %.3f, reorder %.3f, jitter %v, window %d, unicast naks %v",
+		sc.seed, sc.members, sc.net.SharedLoss, sc.net.Loss, sc.net.Duplicate, sc.net.Reorder, sc.net.Jitter, sc.window, sc.unicastNaks)
+	for i, t := range sc.traffic {
+		fmt.Fprintf(&b, "; node %d sends %d msgs of %d-%d bytes every ~%v", sc.senders[i], t.Count, t.MinSize, t.MaxSize, t.Interval)
+	}
+	for _, f := range sc.faults {
+		fmt.Fprintf(&b, "; %v", f)
+	}
+	return b.String()
+}
+
+// clean reports whether the scenario has neither a forced purge nor a
+// partition long enough to exclude: then no MSG_NOT_FOUND may be sent and
+// nothing of a member that stayed in the view reported lost.
+func (sc wgScenario) clean() bool {
+	for _, f := range sc.faults {
+		if f.kind == fPurge || f.kind == fSplit {
+			return false
+		}
+	}
+	return true
+}
+
+// newWGScenario draws seed's scenario: 3-5 founding members on a network
+// with up to 8% loss, duplication and reordering; 2-3 of them send
+// 100-400 messages each (in one scenario out of four up to 20 KB:
+// fragmented) over a 3s chaos during which 1-4 faults strike, drawn from
+// every kind the protocol handles; in one out of three small windows
+// (back-pressure), in one out of five unicast requests.
+func newWGScenario(seed uint64) wgScenario {
+	r := rand.New(rand.NewPCG(seed, 0x3a11))
+	sc := wgScenario{seed: seed, members: 3 + r.IntN(3), chaos: 3 * time.Second}
+	loss := r.Float64() * 0.08
+	shared := loss * r.Float64()
+	sc.net = sim.NetConfig{SharedLoss: shared, Loss: loss - shared, Duplicate: r.Float64() * 0.05,
+		Reorder: r.Float64() * 0.1, Jitter: time.Duration(r.Int64N(int64(time.Millisecond)))}
+	if r.IntN(3) == 0 {
+		sc.window = 64 << r.IntN(2)
+	}
+	sc.unicastNaks = r.IntN(5) == 0
+	for _, id := range r.Perm(sc.members)[:2+r.IntN(2)] {
+		maxSize := 8 + r.IntN(1000)
+		if r.IntN(4) == 0 {
+			maxSize = 8 + r.IntN(20000)
+		}
+		sc.senders = append(sc.senders, uint64(id+1))
+		sc.traffic = append(sc.traffic, members.Traffic{Count: 100 + r.IntN(301), MaxSize: maxSize,
+			Interval: time.Duration(1+r.IntN(5)) * time.Millisecond, Stop: sc.chaos})
+	}
+	alive := map[uint64]bool{}
+	for id := range uint64(sc.members) {
+		alive[id+1] = true
+	}
+	next := uint64(sc.members) + 1
+	for range 1 + r.IntN(4) {
+		f := fault{kind: faultKind(r.IntN(int(faultKinds))), at: time.Duration(100+r.IntN(2600)) * time.Millisecond}
+		ids := sortedIDs(alive)
+		switch f.kind {
+		case fCrash, fLeave:
+			if len(ids) <= 2 {
+				continue
+			}
+			f.node = ids[r.IntN(len(ids))]
+			delete(alive, f.node)
+		case fRejoin, fState:
+			f.node = ids[r.IntN(len(ids))]
+		case fPurge:
+			f.node = sc.senders[r.IntN(len(sc.senders))]
+		case fJoin:
+			f.node = next
+			alive[next] = true
+			next++
+		case fSplit, fBlip:
+			perm := r.Perm(len(ids))
+			for _, i := range perm[:1+r.IntN(len(ids)-1)] {
+				f.side = append(f.side, ids[i])
+			}
+			f.dur = time.Duration(1500+r.IntN(1000)) * time.Millisecond
+			if f.kind == fBlip {
+				f.dur = time.Duration(50+r.IntN(350)) * time.Millisecond
+			}
+		}
+		sc.faults = append(sc.faults, f)
+	}
+	return sc
+}
+
+func sortedIDs(m map[uint64]bool) []uint64 {
+	var ids []uint64
+	for id := range uint64(64) {
+		if m[id] {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// runWGScenario runs sc and returns its cluster and the first violation
+// (a panic included, so that the seed is named).
+func runWGScenario(sc wgScenario) (c *members.Cluster, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return runWG(sc)
+}
+
+func runWG(sc wgScenario) (*members.Cluster, error) {
+	c := members.New(members.Config{Seed: sc.seed, Net: sc.net,
+		GMS: func(id uint64, cfg *gms.Config) { cfg.DiscoveryRounds = 1 },
+		Nakack: func(id uint64, cfg *nakack.Config) {
+			if sc.window > 0 {
+				cfg.SendWindow, cfg.RecvWindow = sc.window, sc.window
+			}
+			cfg.UnicastNaks = sc.unicastNaks
+		}})
+	var founders []*members.Node
+	for id := range uint64(sc.members) {
+		n, err := c.Add(id + 1)
+		if err != nil {
+			return c, err
+		}
+		n.Rejoin = true
+		founders = append(founders, n)
+	}
+	if err := c.Form(5*time.Second, founders...); err != nil {
+		return c, err
+	}
+	t0 := c.Sim.Now()
+	var gens []*members.Generator
+	for i, t := range sc.traffic {
+		t.Start, t.Stop = t0, t0+t.Stop
+		gens = append(gens, c.StartTraffic(c.Node(sc.senders[i]), t))
+	}
+	for _, f := range sc.faults {
+		if err := scheduleFault(c, t0, f); err != nil {
+			return c, err
+		}
+	}
+	end := t0 + sc.chaos
+	if err := c.Sim.RunUntil(end); err != nil {
+		return c, err
+	}
+	settled := func() bool {
+		for _, g := range gens {
+			if !g.Done() && c.Node(g.NodeID()).Up() {
+				return false
+			}
+		}
+		return c.Settled()
+	}
+	if err := c.RunUntil(settled, end+40*time.Second, "settled"); err != nil {
+		return c, err
+	}
+	if err := c.Check(); err != nil {
+		return c, err
+	}
+	if sc.clean() {
+		if err := checkClean(c); err != nil {
+			return c, err
+		}
+	}
+	return c, c.CheckIdle()
+}
+
+// scheduleFault schedules f, t0 being the start of the chaos.
+func scheduleFault(c *members.Cluster, t0 time.Duration, f fault) error {
+	at := t0 + f.at
+	n := c.Node(f.node)
+	switch f.kind {
+	case fCrash:
+		c.Crash(at, n)
+	case fLeave, fRejoin:
+		c.Do(at, n, func(now time.Duration) {
+			n.RejoinAfterLeave = f.kind == fRejoin
+			_ = n.Leave(now) // not a member now (joining again): nothing to leave
+		})
+	case fJoin:
+		nn, err := c.Add(f.node)
+		if err != nil {
+			return err
+		}
+		nn.Rejoin = true
+		c.Join(at, nn)
+	case fSplit, fBlip:
+		side := make([]digest.Member, len(f.side))
+		for i, id := range f.side {
+			side[i] = c.Node(id).Member()
+		}
+		c.Sim.Partition(at, at+f.dur, side)
+	case fState:
+		c.Do(at, n, func(now time.Duration) { _ = n.GMS.RequestState(now) })
+	case fPurge:
+		c.Do(at, n, func(time.Duration) {
+			if inc := n.Cur(); inc != nil {
+				if e, ok := inc.P.WindowState(inc.Member); ok {
+					_, _ = inc.P.ForcePurge(inc.Member, e.Delivered)
+				}
+			}
+		})
+	}
+	return nil
+}
+
+// checkClean: without forced purges or exclusions by partition, nobody
+// sent MSG_NOT_FOUND and nothing of a sender in the reporter's view was
+// reported lost.
+func checkClean(c *members.Cluster) error {
+	for _, n := range c.Nodes() {
+		for _, inc := range n.Incarnations() {
+			if k := inc.P.Stats().MsgNotFoundSent; k > 0 {
+				return fmt.Errorf("%v sent %d MSG_NOT_FOUND in a run without forced purges or partitions", inc.Member, k)
+			}
+			for _, s := range inc.App.Senders() {
+				for _, e := range inc.App.Stream(s).LostIn() {
+					if !e.Departed && !e.Resync {
+						return fmt.Errorf("%v was told %v's [%d,%d] lost while it was in the view, in a run without forced purges or partitions",
+							inc.Member, s, e.From, e.To)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func wgReplay(seed uint64) string {
+	return fmt.Sprintf("go test ./sim/ -run 'TestWholeGroupRandomised$' -sim.seed=%d -v", seed)
+}
+
+// TestWholeGroupRandomised runs sim.WholeGroupSeeds() randomised
+// whole-group scenarios (gms over nakack: crashes, leaves, joins, merges
+// after partitions, state transfers and forced purges mixed into lossy
+// traffic) and checks each with the members package's checks. A failure
+// names its seed and the command that replays it.
+func TestWholeGroupRandomised(t *testing.T) {
+	if seed := sim.ReplaySeed(); seed >= 0 {
+		sc := newWGScenario(uint64(seed))
+		t.Log(sc)
+		if _, err := runWGScenario(sc); err != nil {
+			t.Fatalf("%v\nreplay: %s", err, wgReplay(sc.seed))
+		}
+		return
+	}
+	n := sim.WholeGroupSeeds()
+	const shards = 4
+	for sh := range shards {
+		t.Run(fmt.Sprintf("shard%d", sh), func(t *testing.T) {
+			t.Parallel()
+			failures := 0
+			for seed := sh; seed < n; seed += shards {
+				sc := newWGScenario(uint64(seed))
+				if _, err := runWGScenario(sc); err != nil {
+					failures++
+					t.Errorf("%v\n%v\nreplay: %s", sc, err, wgReplay(sc.seed))
+					if failures >= 3 {
+						t.Fatalf("stopping this shard after %d failures", failures)
+					}
+				}
+			}
+		})
+	}
+}
