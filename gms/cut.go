@@ -30,6 +30,23 @@ type cutReport struct {
 	ok                  bool
 	delivered, received uint64
 	gaps                []Range
+	// fixed: the report covers a cut an earlier coordinator fixed here
+	// (its lost ranges are among the gaps).
+	fixed bool
+}
+
+// reportMsg is the CUT_REPORT of r for sender: a delivered, b received, c
+// 1 if this member holds a window, id 1 if r covers an applied fix, the
+// gaps as ranges.
+func (g *GMS) reportMsg(sender digest.Member, r cutReport) *msg {
+	rep := &msg{typ: typeCutReport, view: g.view.ID, member: sender, a: r.delivered, b: r.received}
+	if r.ok {
+		rep.c = 1
+	}
+	if r.fixed {
+		rep.id = 1
+	}
+	return rep.withRanges(r.gaps)
 }
 
 // memberCut is a survivor's side of a cut, from the first fix it applies
@@ -60,6 +77,15 @@ type cutPender interface {
 type openWin struct {
 	peer    Peer
 	nudgeAt time.Duration
+	// graceful: the sender announced a graceful leave (LEAVE, with its
+	// highest seqno): whoever cuts it cuts it as a leaver (departure).
+	graceful bool
+	highest  uint64
+}
+
+// departure returns the departure that cuts ow's sender m.
+func (ow *openWin) departure(m digest.Member) departure {
+	return departure{member: m, peer: ow.peer, highest: ow.highest, graceful: ow.graceful}
 }
 
 // startCut asks every survivor for its state of the departed sender.
@@ -86,6 +112,7 @@ func (g *GMS) localReport(sender digest.Member) cutReport {
 	g.gaps = gaps[:0]
 	r := cutReport{ok: ok, delivered: dl, received: rc, gaps: slices.Clone(gaps)}
 	if mc := g.mcuts[sender]; ok && mc != nil {
+		r.fixed = true
 		if r.received < mc.cut {
 			r.gaps = append(r.gaps, Range{From: r.received + 1, To: mc.cut})
 			r.received = mc.cut
@@ -111,13 +138,7 @@ func (g *GMS) onCutReq(m *msg, now time.Duration) {
 		g.stats.CutReqsEarly++
 		return
 	}
-	r := g.localReport(m.member)
-	rep := &msg{typ: typeCutReport, view: g.view.ID, member: m.member, a: r.delivered, b: r.received}
-	if r.ok {
-		rep.c = 1
-	}
-	rep.withRanges(r.gaps)
-	g.send(g.view.Coord(), rep)
+	g.send(g.view.Coord(), g.reportMsg(m.member, g.localReport(m.member)))
 }
 
 func (g *GMS) onCutReport(m *msg, now time.Duration) {
@@ -131,7 +152,11 @@ func (g *GMS) onCutReport(m *msg, now time.Duration) {
 		// it). Cut it now.
 		g.stats.CutsResumed++
 		g.log.Info("gms: cutting a departed sender a member still holds", "sender", m.member, "from", m.sender)
-		g.startCut(departure{member: m.member, peer: Peer{Member: m.member}}, now)
+		d := departure{member: m.member, peer: Peer{Member: m.member}}
+		if ow := g.open[m.member]; ow != nil {
+			d = ow.departure(m.member)
+		}
+		g.startCut(d, now)
 		c, ok = g.cuts[m.member]
 	}
 	if ok && c.fixed && !c.acks[m.sender] {
@@ -153,7 +178,7 @@ func (g *GMS) onCutReport(m *msg, now time.Duration) {
 	if !ok || c.fixed {
 		return
 	}
-	c.reports[m.sender] = cutReport{ok: m.c == 1, delivered: m.a, received: m.b, gaps: m.ranges}
+	c.reports[m.sender] = cutReport{ok: m.c == 1, delivered: m.a, received: m.b, gaps: m.ranges, fixed: m.id == 1}
 	g.checkCut(c, now)
 }
 
@@ -188,20 +213,27 @@ func (g *GMS) checkCut(c *cutState, now time.Duration) {
 }
 
 // fixCut picks the cut (the highest seqno any survivor received, at least a
-// leaver's announced highest) and the ranges no survivor holds.
+// leaver's announced highest) and the ranges no survivor holds. A leaver
+// holds all it sent and repairs it until its cut closes, so nothing of it
+// is declared lost, unless a survivor reports a fix an earlier coordinator
+// made without knowing of the leave (it cut the sender as crashed): its
+// lost ranges are final at that survivor, so they are declared again for
+// everyone (they are in every survivor's gaps: nobody held them).
 func (g *GMS) fixCut(c *cutState, now time.Duration) {
 	c.fixed = true
 	cut := c.dep.highest
 	minD := ^uint64(0)
+	refix := false
 	for _, p := range g.view.Members {
 		r := c.reports[p.Member]
 		if r.ok {
 			cut = max(cut, r.received)
 			minD = min(minD, r.delivered)
+			refix = refix || r.fixed
 		}
 	}
 	c.cut = cut
-	if !c.dep.graceful && minD < cut {
+	if (!c.dep.graceful || refix) && minD < cut {
 		// Lost = what every reporter misses in (minD, cut]. A reporter
 		// misses its gaps and everything above its received.
 		lost := []Range{{From: minD + 1, To: cut}}
@@ -407,13 +439,7 @@ func (g *GMS) tickCuts(now time.Duration) {
 		// one long ago and never heard it close: the coordinator resends
 		// the close if it still has the cut, and otherwise (it forgot it,
 		// pruneCuts) cuts the sender again.
-		r := g.localReport(sender)
-		rep := &msg{typ: typeCutReport, view: g.view.ID, member: sender, a: r.delivered, b: r.received}
-		if r.ok {
-			rep.c = 1
-		}
-		rep.withRanges(r.gaps)
-		g.send(coord, rep)
+		g.send(coord, g.reportMsg(sender, g.localReport(sender)))
 	}
 	if !g.IsCoordinator() {
 		return

@@ -428,32 +428,25 @@ func (g *GMS) Leave(now time.Duration) error {
 	return nil
 }
 
-// sendLeave sends LEAVE to the coordinator (the next member of the view
-// when we coordinate) and, if that is another member, to the first member
-// we do not suspect. A leaver runs no failure detection, so a suspicion of
-// the coordinator is never withdrawn while it leaves: if the coordinator
-// is alive it handles the leave (the next in line ignores a LEAVE that
-// does not come from the coordinator unless it coordinates itself); if it
-// has crashed, the member that takes over accepts a resend once it does.
+// sendLeave multicasts LEAVE with our highest seqno, every member of the
+// view hears it: the coordinator handles it (the next in line when we
+// coordinate); every other member remembers it (onLeave), so that a
+// member that takes over as coordinator, before or after the view that
+// drops us, cuts us as a leaver: up to our highest, nothing declared
+// lost, and a LeaveRsp once the cut closes. A leaver runs no failure
+// detection and may suspect a coordinator that is alive: that coordinator
+// still handles the leave (the next in line ignores a LEAVE unless the
+// coordinator itself leaves or it coordinates itself); if it has crashed,
+// the member that takes over accepts a resend once it does.
 func (g *GMS) sendLeave(now time.Duration) {
-	m := &msg{typ: typeLeave, kind: 0, view: g.view.ID, a: g.leave.highest}
-	var coord Peer
-	for _, p := range g.view.Members {
-		if p.Member != g.self.Member {
-			coord = p
-			break
-		}
-	}
-	g.send(coord, m)
-	if next := g.firstUnsuspected([]digest.Member{g.self.Member}); next.Member != coord.Member && next.Member != g.self.Member {
-		g.send(next, m)
-	}
+	g.multicast(&msg{typ: typeLeave, kind: 0, view: g.view.ID, a: g.leave.highest})
 	g.leave.resendAt = now + 2*g.cfg.ViewAckTimeout
 }
 
 func (g *GMS) tickLeave(now time.Duration) {
 	if now >= g.leave.deadline {
 		g.log.Warn("gms: leave timed out", "self", g.self.Member)
+		g.stats.LeaveTimeouts++
 		g.exit(nil, now)
 		return
 	}
@@ -476,19 +469,45 @@ func (g *GMS) onLeave(m *msg, now time.Duration) {
 	}
 	d := departure{member: m.sender, highest: m.a, graceful: true}
 	if !g.view.Contains(m.sender) {
-		// Already out: answer once its cut is closed.
-		if c, ok := g.cuts[m.sender]; ok && c.closed && g.IsCoordinator() {
-			g.send(c.dep.peer, &msg{typ: typeLeave, kind: 1})
-		}
+		g.departedLeave(m.sender, m.a)
 		return
 	}
-	if g.IsCoordinator() {
+	switch {
+	case g.IsCoordinator():
 		g.queueLeave(d)
 		g.tryViewChange(now)
-		return
-	}
-	if m.sender == g.view.Coord().Member && g.firstUnsuspected([]digest.Member{m.sender}).Member == g.self.Member {
+	case m.sender == g.view.Coord().Member && g.firstUnsuspected([]digest.Member{m.sender}).Member == g.self.Member:
 		g.queueLeave(d)
 		g.takeOver(nil, now)
+	default:
+		g.leavers[m.sender] = max(g.leavers[m.sender], m.a)
+	}
+}
+
+// departedLeave handles a LEAVE from m, a member that is no longer in our
+// view but whose window is still open here (its cut is under way, or yet
+// to start under a coordinator that took over): its departure is a
+// graceful one. As coordinator of its cut, the cut is made one (up to
+// highest and declaring nothing lost, if not fixed yet) and m gets its
+// LeaveRsp when the cut closes, or now if it is closed already (m missed
+// it).
+func (g *GMS) departedLeave(m digest.Member, highest uint64) {
+	ow := g.open[m]
+	if ow != nil {
+		ow.graceful, ow.highest = true, max(ow.highest, highest)
+	}
+	c, ok := g.cuts[m]
+	if !ok || !g.IsCoordinator() {
+		return
+	}
+	if !c.fixed {
+		c.dep.highest = max(c.dep.highest, highest)
+	}
+	c.dep.graceful = true
+	if c.dep.peer.Addr == "" && ow != nil {
+		c.dep.peer = ow.peer
+	}
+	if c.closed {
+		g.send(c.dep.peer, &msg{typ: typeLeave, kind: 1})
 	}
 }

@@ -39,6 +39,7 @@ type Stats struct {
 	StateInstalled   uint64 // state transfers completed as requester
 	StateAborted     uint64 // state transfers aborted (requester timeouts, digests or states that could not be installed)
 	StateServed      uint64 // state transfers completed as provider
+	LeaveTimeouts    uint64 // graceful leaves given up after LeaveTimeout without a LeaveRsp (leaver)
 }
 
 // GMS is one member's group membership state machine. It is not safe for
@@ -68,12 +69,17 @@ type GMS struct {
 	// open: departed senders whose window this member has not closed yet
 	// (every view change that drops a member adds it): a coordinator that
 	// takes over resumes their cuts (finishViewChange).
-	open  map[digest.Member]*openWin
-	merge *mergeState          // as merge leader
-	hold  *mergeHold           // as another coordinator of a merge
-	xfer  *xferReq             // as state requester
-	prov  map[uint64]*xferProv // as state provider
-	done  xferDone             // last completed transfer, to re-acknowledge
+	open map[digest.Member]*openWin
+	// leavers: members of the view that announced a graceful leave we do
+	// not handle (we do not coordinate), with their highest seqno: the
+	// view that drops them opens their window as a graceful departure, so
+	// that a coordinator taking over resumes their cut as one (onLeave).
+	leavers map[digest.Member]uint64
+	merge   *mergeState          // as merge leader
+	hold    *mergeHold           // as another coordinator of a merge
+	xfer    *xferReq             // as state requester
+	prov    map[uint64]*xferProv // as state provider
+	done    xferDone             // last completed transfer, to re-acknowledge
 
 	// hist: the last views this member installed (at most maxViewHist),
 	// oldest first; viewAt: when the current one was (memberBehind).
@@ -87,13 +93,14 @@ func New(cfg Config) (*GMS, error) {
 		return nil, err
 	}
 	g := &GMS{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.ID)),
-		cuts:  make(map[digest.Member]*cutState),
-		mcuts: make(map[digest.Member]*memberCut),
-		open:  make(map[digest.Member]*openWin),
-		prov:  make(map[uint64]*xferProv),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		rng:     rand.New(rand.NewPCG(cfg.Seed, cfg.ID)),
+		cuts:    make(map[digest.Member]*cutState),
+		mcuts:   make(map[digest.Member]*memberCut),
+		open:    make(map[digest.Member]*openWin),
+		leavers: make(map[digest.Member]uint64),
+		prov:    make(map[uint64]*xferProv),
 	}
 	g.self = Peer{Member: digest.Member{ID: cfg.ID}, Addr: cfg.Addr}
 	g.fd.init()
@@ -276,7 +283,14 @@ func (g *GMS) installMergeView(v View, d digest.Digest, now time.Duration) {
 func (g *GMS) setView(v View, now time.Duration) {
 	for _, p := range g.view.Members {
 		if p.Member != g.self.Member && !v.Contains(p.Member) {
-			g.open[p.Member] = &openWin{peer: p, nudgeAt: now + g.cfg.ViewChangeTimeout}
+			ow := &openWin{peer: p, nudgeAt: now + g.cfg.ViewChangeTimeout}
+			ow.highest, ow.graceful = g.leavers[p.Member]
+			g.open[p.Member] = ow
+		}
+	}
+	for m := range g.leavers {
+		if !v.Contains(m) {
+			delete(g.leavers, m)
 		}
 	}
 	g.view = v
@@ -367,6 +381,7 @@ func (g *GMS) exit(reason error, now time.Duration) {
 	clear(g.cuts)
 	clear(g.mcuts)
 	clear(g.open)
+	clear(g.leavers)
 	g.hist = g.hist[:0]
 	g.merge, g.hold = nil, nil
 	if g.xfer != nil && g.cfg.Listener != nil {

@@ -582,7 +582,7 @@ func (g *GMS) finishViewChange(now time.Duration) {
 		if _, ok := g.cuts[m]; !ok {
 			g.stats.CutsResumed++
 			g.log.Info("gms: resuming an open cut", "sender", m)
-			g.startCut(departure{member: m, peer: g.open[m].peer}, now)
+			g.startCut(g.open[m].departure(m), now)
 		}
 	}
 	g.tryViewChange(now)

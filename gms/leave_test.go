@@ -110,3 +110,84 @@ func TestLeaveWhileSuspectingCoordinator(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaverCutResumedByNewCoordinator (simulator, real nakack, loss up to
+// 10% and 5% near the senders): in a group of four under traffic, L leaves
+// gracefully; the coordinator A installs the view without L and crashes
+// while L's cut is under way (as it asks for the reports, once it fixed
+// the cut, or at the first acknowledgement, by the seed). The next in line
+// B takes over and resumes L's cut. It must know that L left gracefully:
+// the cut goes up to L's announced highest and declares nothing lost (L,
+// alive, repairs what the survivors lack), and L gets its LeaveRsp well
+// before LeaveTimeout instead of timing out. Every survivor delivers every
+// message L sent.
+func TestLeaverCutResumedByNewCoordinator(t *testing.T) {
+	for seed := range uint64(seeds(40, 6)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			net := lossyNet(seed, 0.1)
+			net.SharedLoss = 0.05
+			h := newRHarness(t, seed, net)
+			all := h.joinFour()
+			vs := make([]*realNode, 0, 4)
+			for _, p := range all[0].g.View().Members {
+				for _, n := range all {
+					if n.self() == p.Member {
+						vs = append(vs, n)
+					}
+				}
+			}
+			r := rand.New(rand.NewPCG(seed, 37))
+			a, b, l := vs[0], vs[1], vs[2+r.IntN(2)]
+			lm := l.self()
+			surv := others(others(all, a), l)
+			when := uint8(r.IntN(3))
+			crashed := false
+			h.s.AddTap(func(ev sim.TapEvent) {
+				m := membershipMsg(ev.Data)
+				if crashed || m == nil || m.member != lm {
+					return
+				}
+				if (when == cutReqCrash && ev.Kind == sim.TapSend && ev.From == a.Member() && m.typ == typeCutReq) ||
+					(when == cutFixCrash && ev.Kind == sim.TapSend && ev.From == a.Member() && m.typ == typeCut && m.kind == 0) ||
+					(when == cutAckCrash && ev.Kind == sim.TapDeliver && ev.To == a.Member() && m.typ == typeCutAck) {
+					crashed = true
+					h.s.Schedule(ev.At, func(time.Duration) { h.s.Crash(a.Member()) })
+				}
+			})
+			rsps := 0
+			h.s.AddTap(func(ev sim.TapEvent) {
+				if m := membershipMsg(ev.Data); m != nil && ev.Kind == sim.TapDeliver && ev.To == l.Member() && m.typ == typeLeave && m.kind == 1 {
+					rsps++
+				}
+			})
+			start := h.s.Now()
+			for _, n := range all {
+				h.traffic(n, start, start+time.Second, 2*time.Millisecond)
+			}
+			leaveAt := start + time.Duration(200+r.IntN(400))*time.Millisecond
+			var sent uint64
+			h.do(leaveAt, l, func(now time.Duration) {
+				sent = l.sent()
+				require.NoError(t, l.g.Leave(now))
+			})
+			leftAt := time.Duration(-1)
+			h.s.AddCheck(func(now time.Duration) error {
+				if leftAt < 0 && len(l.left) > 0 {
+					leftAt = now
+				}
+				return nil
+			})
+			h.runUntil(func() bool { return leftAt >= 0 && crashed && rConverged(surv...) && rQuiet(surv...) },
+				leaveAt+10*time.Second, "left, cuts closed")
+			require.Equal(t, b.self(), surv[0].g.View().Coord().Member, "B took over")
+			require.Equal(t, []error{nil}, l.left)
+			require.Zero(t, l.g.Stats().LeaveTimeouts, "L timed out waiting for its LeaveRsp (%s)", cutCrashNames[when])
+			require.Positive(t, rsps, "L never got a LeaveRsp")
+			for _, n := range surv {
+				require.Empty(t, n.app.lost[lm], "node %d: L's messages reported lost (%s)", n.id, cutCrashNames[when])
+				require.Equal(t, sent, n.app.state[lm].last, "node %d: not every message of L delivered", n.id)
+			}
+			h.noErrors()
+		})
+	}
+}
