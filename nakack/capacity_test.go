@@ -120,7 +120,8 @@ func TestHighestRearmsKnownGap(t *testing.T) {
 // TestMsgNotFoundBeyondCapacity: A (window of 64) lacks all of B's 1..200
 // and B purged 1..150. The MSG_NOT_FOUND's lost range [1,150] does not fit
 // A's window: A marks 1..64 at once and the rest as stability purges make
-// room, so it reports [1,150] lost (in window-sized pieces, each seqno once),
+// room; it reports [1,150] lost at once, as one range (nothing beyond the
+// capacity can be held: lostEnd), and consumes the later marks silently,
 // then fetches and delivers 151..201. Without the pending marks A would stop
 // at 64 for ever: 65..150 neither held, nor lost, nor requestable.
 func TestMsgNotFoundBeyondCapacity(t *testing.T) {
@@ -146,6 +147,7 @@ func TestMsgNotFoundBeyondCapacity(t *testing.T) {
 		seqs = append(seqs, span(l.from, l.to)...)
 	}
 	require.Equal(t, span(1, 150), seqs, "every purged seqno reported lost once, in order")
+	require.Equal(t, []lostEvent{{mB, 1, 150}}, a.lostOf(mB), "as one range")
 	st := c.p(mA).Stats()
 	require.Equal(t, uint64(150), st.LostMessages)
 	require.False(t, c.p(mA).senders[mB].armed)

@@ -1,6 +1,9 @@
 package nakack
 
-import "github.com/nakcast/nakcast/wire"
+import (
+	"github.com/nakcast/nakcast/ring"
+	"github.com/nakcast/nakcast/wire"
+)
 
 // reassembly is the per-sender state of a fragmented message being
 // delivered. Its buffer grows to the largest message seen (bounded by
@@ -93,15 +96,26 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 		p.discardOwn(s)
 		return 0, false
 	}
+	w := s.win
 	if s.preLost.To != 0 && max > 0 {
 		r := s.preLost
+		if w != nil && w.Delivered() == r.To {
+			// A lost run right at the window's start continues it.
+			if next, ok := w.PeekLost(); ok {
+				to, ready := p.lostEnd(s, next)
+				if !ready {
+					return 0, false
+				}
+				w.SkipLost()
+				r.To = to
+			}
+		}
 		s.preLost = wire.Range{}
 		p.reportLost(s, h, r.From, r.To)
 		k++
 	}
-	w := s.win
 	if w == nil {
-		return 0, false
+		return k, false
 	}
 	for k < max {
 		lim := min(max-k, len(p.dscr))
@@ -125,14 +139,48 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 		if s.hasCut && !cutLostReady(s) {
 			return k, false
 		}
-		if r, ok := w.SkipLost(); ok {
-			p.reportLost(s, h, r.From, r.To)
+		if r, ok := w.PeekLost(); ok {
+			to, ready := p.lostEnd(s, r)
+			if !ready {
+				return k, false
+			}
+			w.SkipLost()
+			p.reportLost(s, h, r.From, to)
 			k++
 			continue
 		}
 		return k, false
 	}
 	return k, true
+}
+
+// lostEnd decides whether Poll may report the lost run r of s's window
+// now, and up to where, so that a run is one event whatever the member's
+// window and whenever its pieces became known (two members that lose the
+// same seqnos report the same ranges):
+//   - a run that reaches the window's capacity goes on up to lostTo (the
+//     holder's purge point a MSG_NOT_FOUND or merge gave, marked as purges
+//     make room): nothing beyond the capacity is held, so all of it is
+//     lost, and it is reported at once (later marks of it are consumed
+//     silently: reportLost never repeats a seqno);
+//   - a live sender's run followed by a gap it still wants is not ready:
+//     the gap may turn out lost too (a later MSG_NOT_FOUND), and is
+//     repaired otherwise, which ends the run (a held seqno);
+//   - otherwise (followed by a held seqno, or the run reaches the highest
+//     seqno known, or a departed sender's, decided by cutLostReady), it is
+//     ready as it is.
+func (p *Protocol) lostEnd(s *sender, r ring.Range) (to uint64, ready bool) {
+	w := s.win
+	if edge := w.Low() + uint64(s.cap); r.To >= edge {
+		return max(r.To, s.lostTo), true
+	}
+	if s.state == departed {
+		return r.To, true
+	}
+	if next := r.To + 1; next <= s.target() && !w.Has(next) {
+		return r.To, false
+	}
+	return r.To, true
 }
 
 // deliverRun delivers ms (seqnos first..): runs of whole messages

@@ -444,6 +444,18 @@ func (w *Window[T]) RemoveBatch(dst []T) (first uint64, n int) {
 	return first, int(k)
 }
 
+// PeekLost returns the contiguous run of lost seqnos starting at
+// Delivered()+1, if there is one, without consuming it (SkipLost does).
+// Consumer side.
+func (w *Window[T]) PeekLost() (Range, bool) {
+	d := w.delivered.Load()
+	k := w.runLen(d+1, w.consumerLimit(d), selLost, true)
+	if k == 0 {
+		return Range{}, false
+	}
+	return Range{From: d + 1, To: d + k}, true
+}
+
 // SkipLost consumes the contiguous run of lost seqnos starting at
 // Delivered()+1, if there is one, advancing delivered over it, and returns
 // it as one range. ok is false if the next seqno is held or missing.

@@ -44,7 +44,8 @@ func seqRange(from, to uint64) []uint64 {
 }
 
 // drain delivers everything deliverable and returns the delivered seqnos
-// and the lost ranges in the order met, checking values.
+// and the lost ranges in the order met, checking values (and that
+// PeekLost sees each lost run SkipLost then consumes).
 func drain(t *testing.T, w *Window[uint64]) (got []uint64, lost []Range) {
 	t.Helper()
 	for {
@@ -53,10 +54,15 @@ func drain(t *testing.T, w *Window[uint64]) (got []uint64, lost []Range) {
 			got = append(got, seq)
 			continue
 		}
+		peek, peeked := w.PeekLost()
+		d := w.Delivered()
 		if r, ok := w.SkipLost(); ok {
+			require.Equal(t, [2]any{peek, true}, [2]any{r, peeked}, "PeekLost returns what SkipLost consumes")
 			lost = append(lost, r)
 			continue
 		}
+		require.False(t, peeked)
+		require.Equal(t, d, w.Delivered(), "PeekLost consumes nothing")
 		return got, lost
 	}
 }
