@@ -184,3 +184,47 @@ func TestMergeAfterCutInsideFragmentedMessage(t *testing.T) {
 	require.Equal(t, []uint64{1, 2, 6}, c.rec(mA).seqs(mC))
 	require.Equal(t, []lostEvent{{mC, 3, 4}, {mC, 5, 5}}, c.rec(mA).lostOf(mC), "each seqno reported once")
 }
+
+// TestOverwriteInsideFragmentedMessageThenCut: B installs a state transfer
+// digest that ends inside C's message M (3..7) at 4 (insideDigest: its
+// holder never delivers M), then C crashes and the cut falls at the
+// highest seqno a survivor received, 4: nothing of M beyond it reached
+// anyone. B's skip past M's first fragments must not be silent: whether B
+// was reassembling M (holding 3 and 4) or held part of it below the
+// digest's point (3), it reports M lost from its first fragment to the
+// cut, once, as A (reassembling M) does, and holds its acknowledgement
+// (CutPending) until then. (Had B held a fragment beyond the point, it
+// would have reported M whole at once, C being alive.) Without a fragment
+// of M, B could not tell that the digest ends inside a message: see
+// doc.go.
+func TestOverwriteInsideFragmentedMessageThenCut(t *testing.T) {
+	for _, bHolds := range [][]uint64{{1, 2, 3}, {1, 2, 3, 4}} {
+		t.Run(fmt.Sprint(bHolds), func(t *testing.T) {
+			c := newCluster(t, func(cfg *Config) { cfg.MaxBundle = 1 }, mA, mB, mC)
+			ds := sendFrag(t, c, 5)
+			for _, s := range []uint64{1, 2, 3, 4} {
+				c.deliverTo(dataOf(t, ds, s), mA)
+			}
+			for _, s := range bHolds {
+				c.deliverTo(dataOf(t, ds, s), mB)
+			}
+			c.poll()
+			require.NoError(t, c.p(mB).OverwriteDigest(insideDigest(t, c.p(mA).Digest(), 4), c.now))
+			c.crash(mC)
+			c.run(c.now+100*time.Millisecond, nil)
+			cut := uint64(4)
+			for _, m := range []digest.Member{mA, mB} {
+				require.Equal(t, cut, c.report(m, mC).received, "member %v", m)
+				c.applyCut(m, mC, cut)
+			}
+			require.True(t, c.p(mB).CutPending(mC), "B: at the cut, M not reported yet")
+			c.run(c.now+time.Second, nil)
+			for _, m := range []digest.Member{mA, mB} {
+				require.Equal(t, []lostEvent{{mC, 3, cut}}, c.rec(m).lostOf(mC), "member %v: M from its first fragment to the cut, once", m)
+				require.False(t, c.p(m).CutPending(mC), "member %v", m)
+				e, _ := c.p(m).WindowState(mC)
+				require.Equal(t, cut, e.Delivered, "member %v", m)
+			}
+		})
+	}
+}

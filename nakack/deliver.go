@@ -22,6 +22,13 @@ type reassembly struct {
 	// promised to this member, so its remaining fragments, and lost runs
 	// known to lie inside it, are dropped silently (see doc.go).
 	joinedAt uint64
+	// orphan is the first fragment of a message the window's delivered
+	// point lies inside and this member never delivers: an OverwriteDigest
+	// ended inside it (the state's holder never delivers it). The next
+	// report (its next fragment, an orphan, or a lost run after the point)
+	// starts there; a cut at the point reports [orphan, cut] (lostAtCut).
+	// 0: none.
+	orphan uint64
 }
 
 // reported is the delivered point this member reports for s (STABLE and
@@ -61,6 +68,7 @@ func (r *reassembly) reset() {
 	r.skipTo = 0
 	r.reported = 0
 	r.joinedAt = 0
+	r.orphan = 0
 }
 
 // Poll delivers, in per-sender order, up to limit seqnos: each held message
@@ -235,6 +243,7 @@ func (p *Protocol) deliver(s *sender, h Handler, seq uint64, m msg) {
 			p.stats.Drops.Reassembly += uint64(r.next)
 			r.active = false
 		}
+		r.orphan = 0
 		p.stats.Delivered++
 		h.Deliver(s.m, seq, m.payload())
 		return
@@ -284,6 +293,10 @@ func (p *Protocol) reportLost(s *sender, h Handler, from, to uint64) {
 	if wasActive { // the lost run cuts the message being reassembled
 		from = min(from, r.first)
 		r.active = false
+	}
+	if r.orphan != 0 { // the run follows a point inside a message never delivered
+		from = min(from, r.orphan)
+		r.orphan = 0
 	}
 	if s.win != nil {
 		if m, ok := s.win.Get(to + 1); ok && m.fc != 0 && m.fi != 0 {

@@ -423,6 +423,11 @@ func (p *Protocol) OverwriteDigest(d digest.Digest, now time.Duration) error {
 			s.reasm.active = false
 		}
 		if !s.own {
+			// A point inside a fragmented message: reported lost from its
+			// first fragment, by its next fragment or at a cut there.
+			s.reasm.orphan = p.messageAround(s, target)
+		}
+		if !s.own {
 			s.highest = max(s.highest, e.Received)
 		}
 		s.advance()
@@ -434,6 +439,31 @@ func (p *Protocol) OverwriteDigest(d digest.Digest, now time.Duration) error {
 	p.history.Add(now, "overwrite digest", d)
 	p.drainPending(now)
 	return errors.Join(errs...)
+}
+
+// messageAround returns the first fragment of the fragmented message
+// seqno at lies inside (at least one fragment of it beyond at), as far as
+// the fragments s's window retains tell (the one after at, or the nearest
+// one at or below it); 0 if at is at a message boundary or nothing tells.
+func (p *Protocol) messageAround(s *sender, at uint64) uint64 {
+	w := s.window()
+	if m, ok := w.Get(at + 1); ok {
+		if m.fc != 0 && m.fi != 0 {
+			return at + 1 - uint64(m.fi)
+		}
+		return 0
+	}
+	for seq := at; seq > w.Low() && at-seq < uint64(s.cap); seq-- {
+		m, ok := w.Get(seq)
+		if !ok {
+			continue
+		}
+		if first := seq - uint64(m.fi); m.fc != 0 && first+uint64(m.fc)-1 > at {
+			return first
+		}
+		return 0
+	}
+	return 0
 }
 
 // HighestReceived returns the highest seqno of m held or marked lost (for
@@ -462,7 +492,7 @@ func (p *Protocol) CompleteCut(m digest.Member, cut uint64, now time.Duration) e
 	}
 	s.hasCut, s.cut = true, cut
 	s.highest = max(s.highest, cut)
-	if s.reasm.active && s.delivered() >= cut {
+	if (s.reasm.active || s.reasm.orphan != 0) && s.delivered() >= cut {
 		p.markReady(s) // Poll reports the message the cut ends inside (lostAtCut)
 	}
 	p.checkGaps(s, now)
@@ -476,7 +506,7 @@ func (p *Protocol) CompleteCut(m digest.Member, cut uint64, now time.Duration) e
 // drops what Poll has not reported.
 func (p *Protocol) CutPending(m digest.Member) bool {
 	s := p.senders[m]
-	return s != nil && !s.own && s.hasCut && s.reasm.active
+	return s != nil && !s.own && s.hasCut && (s.reasm.active || s.reasm.orphan != 0)
 }
 
 // lostAtCut is Poll's step once departed sender s's delivered point
@@ -484,10 +514,11 @@ func (p *Protocol) CutPending(m digest.Member) bool {
 // first fragments at or below the cut, its last beyond it) can never
 // complete, so its seqnos from its first fragment to the cut are reported
 // lost, once. Every survivor holds the same seqnos up to the cut (held or
-// declared lost), so every survivor reports the same range. Returns
-// whether it reported.
+// declared lost), so every survivor reports the same range. So is a
+// message an OverwriteDigest left the window inside (reassembly.orphan).
+// Returns whether it reported.
 func (p *Protocol) lostAtCut(s *sender, h Handler) bool {
-	if !s.reasm.active {
+	if !s.reasm.active && s.reasm.orphan == 0 {
 		return false
 	}
 	p.reportLost(s, h, s.cut, s.cut) // widened down to the message's first fragment
