@@ -17,6 +17,8 @@ type Event struct {
 	Lost     bool
 	From, To uint64
 	At       time.Duration
+	// Chain is the stream's application state after the event.
+	Chain uint64
 	// Departed: a lost range reported while the sender was not in the
 	// reporter's view (a cut); Resync: a lost range covering the message
 	// a stream's start point falls inside (a join or state point the
@@ -33,8 +35,8 @@ type Stream struct {
 	Start, Next uint64
 	// Chain is the application state kept for the sender: a hash chain of
 	// every delivered message (seqno and payload hash), carried over by a
-	// state transfer.
-	Chain uint64
+	// state transfer; start is its value at Start.
+	Chain, start uint64
 	// Events since the start, in order: contiguous from Start to Next-1
 	// (but the Resync allowance).
 	Events []Event
@@ -42,6 +44,11 @@ type Stream struct {
 	// range may begin as low as this seqno (the first of the message the
 	// start point falls inside); 0 when not allowed.
 	resync uint64
+	// Owed: an installed state's point lies inside a fragmented message
+	// (its holder never delivers it): the stream owes a lost range for it
+	// before anything else (nakack reports it by the message's next
+	// fragment or at a cut).
+	Owed bool
 }
 
 // LostIn returns the stream's lost ranges.
@@ -108,27 +115,33 @@ func (a *App) stream(sender digest.Member) *Stream {
 }
 
 // restart makes sender's stream start after seqno at: a join digest's
-// point or a state's. A point inside a fragmented message the stream never
-// delivers: the protocol skips its remaining fragments (a join) or reports
-// it lost (a state), so the stream expects the next message and allows
-// one lost range from the message's first fragment.
-func (a *App) restart(sender digest.Member, at uint64, chain uint64) *Stream {
+// point or a state's (state). A point inside a fragmented message the
+// stream never delivers: the protocol skips its remaining fragments
+// silently (a join: the stream expects the next message) or reports it
+// lost (a state: the stream owes that report); either way one lost range
+// may begin at the message's first fragment.
+func (a *App) restart(sender digest.Member, at, chain uint64, state bool) *Stream {
 	s := a.stream(sender)
-	s.Start, s.Next, s.Chain, s.Events, s.resync = at+1, at+1, chain, nil, 0
+	s.Start, s.Next, s.Chain, s.start, s.Events, s.resync, s.Owed = at+1, at+1, chain, chain, nil, 0, false
 	if first, last, _, ok := a.c().Ledger.Message(sender, at+1); ok && first < at+1 {
-		s.Next, s.resync = last+1, first
+		s.resync = first
+		if state {
+			s.Owed = true
+		} else {
+			s.Next = last + 1
+		}
 	}
 	return s
 }
 
 // start is a join digest's point for sender.
-func (a *App) start(sender digest.Member, at uint64) { a.restart(sender, at, 0) }
+func (a *App) start(sender digest.Member, at uint64) { a.restart(sender, at, 0, false) }
 
 // Deliver implements nakack.Handler.
 func (a *App) Deliver(sender digest.Member, seq uint64, payload []byte) {
 	s := a.stream(sender)
-	if seq != s.Next {
-		a.fail("%v#%d delivered, expected %d (stream %s)", sender, seq, s.Next, s.tail())
+	if seq != s.Next || s.Owed {
+		a.fail("%v#%d delivered, expected %d (owed a lost range %v; stream %s)", sender, seq, s.Next, s.Owed, s.tail())
 		return
 	}
 	first, last, h, ok := a.c().Ledger.Message(sender, seq)
@@ -140,9 +153,23 @@ func (a *App) Deliver(sender digest.Member, seq uint64, payload []byte) {
 		a.fail("%v#%d delivered with a payload that is not the one sent", sender, seq)
 		return
 	}
-	s.Events = append(s.Events, Event{From: first, To: last, At: a.c().Sim.Now()})
 	s.Next, s.resync = last+1, 0
 	s.Chain = chainStep(s.Chain, first, h)
+	s.Events = append(s.Events, Event{From: first, To: last, At: a.c().Sim.Now(), Chain: s.Chain})
+}
+
+// chainAt returns the stream's application state once it accounted for
+// every seqno up to at, if an event ends exactly there (or at is the
+// start point).
+func (s *Stream) chainAt(at uint64) (uint64, bool) {
+	chain, end := s.start, s.Start-1
+	for _, e := range s.Events {
+		if e.To > at {
+			break
+		}
+		chain, end = e.Chain, e.To
+	}
+	return chain, end == at
 }
 
 // chainStep folds one delivered message into an application state.
@@ -162,7 +189,7 @@ func (a *App) Lost(sender digest.Member, from, to uint64) {
 		a.fail("lost range %v [%d,%d] reaches beyond the highest seqno sent, %d", sender, from, to, hi)
 		return
 	}
-	ev := Event{Lost: true, From: from, To: to, At: a.c().Sim.Now(), Resync: resync}
+	ev := Event{Lost: true, From: from, To: to, At: a.c().Sim.Now(), Resync: resync, Chain: s.Chain}
 	ev.Departed = !a.inView(sender)
 	if !ev.Departed && !resync {
 		if purged := a.c().purgedPoint(a.inc, sender); to > purged {
@@ -172,7 +199,7 @@ func (a *App) Lost(sender digest.Member, from, to uint64) {
 		}
 	}
 	s.Events = append(s.Events, ev)
-	s.Next, s.resync = max(s.Next, to+1), 0
+	s.Next, s.resync, s.Owed = max(s.Next, to+1), 0, false
 }
 
 // inView reports whether sender is in the protocol's view.
@@ -259,6 +286,6 @@ func (a *App) installState(d digest.Digest) {
 				a.fail("state of %v from %v: next %d, but its digest says delivered %d", e.Member, st.provider, se.next, at)
 			}
 		}
-		a.restart(e.Member, at, se.chain)
+		a.restart(e.Member, at, se.chain, true)
 	}
 }

@@ -24,7 +24,7 @@ func (c *Cluster) Settled() bool {
 // returns every violation found.
 func (c *Cluster) Check() error {
 	final := c.Final()
-	errs := []error{c.checkCuts(final), c.checkBoundaries(), c.checkStates(final), c.checkMalformed()}
+	errs := []error{c.checkCuts(final), c.checkOwed(final), c.checkBoundaries(), c.checkStates(final), c.checkMalformed()}
 	return errors.Join(errs...)
 }
 
@@ -114,6 +114,21 @@ func (c *Cluster) checkCuts(final []*Node) error {
 	return err
 }
 
+// checkOwed: no final member owes a lost range for the message an
+// installed state's point fell inside (the protocol reported it, by the
+// message's next fragment or at the sender's cut).
+func (c *Cluster) checkOwed(final []*Node) error {
+	for _, n := range final {
+		inc := n.Cur()
+		for _, s := range inc.App.Senders() {
+			if st := inc.App.Stream(s); st.Owed {
+				return fmt.Errorf("%v: the state installed at %v's %d lies inside a message never reported lost", inc.Member, s, st.Start-1)
+			}
+		}
+	}
+	return nil
+}
+
 // sameStream requires a and b to have the same events over the seqnos
 // both account for in [from, upto]: the same deliveries and the same lost
 // ranges with the same boundaries (clipped to the common span).
@@ -191,7 +206,9 @@ func (c *Cluster) checkBoundaries() error {
 // checkStates: the requester of a state transfer and its provider, both
 // still members at the end, have the same application state of every
 // sender the digest covered that neither was told lost anything of since
-// the transfer.
+// the transfer, where both streams stand at the end (or, if one stream
+// ends earlier, a departed sender's cut on one side of a partition, where
+// both accounted for the same seqnos).
 func (c *Cluster) checkStates(final []*Node) error {
 	cur := map[digest.Member]*Incarnation{}
 	for _, n := range final {
@@ -215,9 +232,12 @@ func (c *Cluster) checkStates(final []*Node) error {
 			if rs == nil || ps == nil || lostSince(rs, in.At) || lostSince(ps, in.At) {
 				continue
 			}
-			if rs.Next != ps.Next || rs.Chain != ps.Chain {
-				err = errors.Join(err, fmt.Errorf("state of %v: requester %v (installed from %v at %v) ends at %d chain %x, provider at %d chain %x",
-					e.Member, req.Member, prov.Member, in.At, rs.Next, rs.Chain, ps.Next, ps.Chain))
+			end := min(rs.Next, ps.Next) - 1
+			rc, rok := rs.chainAt(end)
+			pc, pok := ps.chainAt(end)
+			if rok && pok && rc != pc {
+				err = errors.Join(err, fmt.Errorf("state of %v at %d: requester %v (installed from %v at %v) has chain %x, provider %x",
+					e.Member, end, req.Member, prov.Member, in.At, rc, pc))
 			}
 		}
 	}
