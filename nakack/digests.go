@@ -152,9 +152,7 @@ func (p *Protocol) installView(v View, d digest.Digest, merge bool, now time.Dur
 		}
 		if s := p.senders[m]; s != nil {
 			if s.state == departed {
-				s.state, s.hasCut, s.cut = live, false, 0
-				p.dequeueRepair(s)
-				p.checkGaps(s, now)
+				p.dropCut(s, now)
 			}
 			continue
 		}
@@ -188,6 +186,27 @@ func (p *Protocol) installView(v View, d digest.Digest, merge bool, now time.Dur
 	if p.hasView && p.stableAt == NoDeadline {
 		p.stableAt = now + p.cfg.StableInterval
 	}
+}
+
+// dropCut makes departed sender s live again (a view brings it back before
+// its window closed): its cut no longer limits delivery, and the seqnos
+// its cut declared lost that Poll has not reported are missing again, to
+// be fetched from the sender, which is alive and holds them (a merge
+// digest then marks lost what its side purged; what a MSG_NOT_FOUND or an
+// earlier merge made lost stays lost).
+func (p *Protocol) dropCut(s *sender, now time.Duration) {
+	s.state, s.hasCut, s.cut = live, false, 0
+	if s.win != nil && len(s.cutLost) > 0 {
+		keep := max(s.lostTo, s.floor) // purged by the sender's side: lost for good
+		for _, r := range s.cutLost {
+			s.win.UnmarkLost(max(r.From, keep+1), r.To)
+		}
+		s.contig = max(s.delivered(), s.floor)
+		s.advance()
+	}
+	s.cutLost = s.cutLost[:0]
+	p.dequeueRepair(s)
+	p.checkGaps(s, now)
 }
 
 // newWindow creates a window starting at e's delivered value, wanting up to
@@ -547,6 +566,9 @@ func (p *Protocol) DeclareLost(m digest.Member, from, to uint64, now time.Durati
 		return 0, fmt.Errorf("declare lost %v: %w", m, ErrUnknownMember)
 	}
 	n := s.window().MarkLost(from, to)
+	if s.state == departed {
+		s.cutLost = append(s.cutLost, wire.Range{From: from, To: to})
+	}
 	if n > 0 {
 		s.advance()
 		if s.contig > s.delivered() {

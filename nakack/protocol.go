@@ -69,6 +69,11 @@ type sender struct {
 	lostTo uint64
 	cut    uint64 // departed: deliver and fetch only up to cut
 	hasCut bool
+	// cutLost: the ranges DeclareLost marked while departed (no survivor
+	// held them). If a view brings the sender back before its window
+	// closes, what Poll has not reported of them is fetched instead
+	// (dropCut).
+	cutLost []wire.Range
 
 	// NAK timer: one per window, two deadlines. Gaps at or below reqTo
 	// (already requested, by us or by another member whose request

@@ -443,3 +443,49 @@ func TestMergeViewBeforeCutClosed(t *testing.T) {
 	require.Equal(t, span(1, 6), c.rec(mA).seqs(mB))
 	require.Empty(t, c.rec(mA).lostOf(mB))
 }
+
+// TestMergeViewBeforeCutClosedDropsItsLostRanges: C departs from the view
+// of A and B while neither holds C's 6 and 7 (A lacks 9, B lacks 8), so
+// its cut (10) declares 6..7 lost; before either survivor has delivered up
+// to the cut (A and B still fetch 9 and 8 from each other), a merge view
+// brings C back: it is alive and still holds 6 and 7. The cut is dropped
+// with everything it declared and not yet reported: A and B fetch 6 and
+// 7 from C and deliver 1..10, reporting nothing lost.
+func TestMergeViewBeforeCutClosedDropsItsLostRanges(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.MaxBundle = 1 }, mA, mB, mC)
+	ds := c.send(mC, true, payloads("c", 1, 10)...)
+	for _, d := range ds {
+		_, s, _ := dataRange(t, d)
+		if s <= 5 || s == 8 || s == 10 {
+			c.deliverTo(d, mA)
+		}
+		if s <= 5 || s == 9 || s == 10 {
+			c.deliverTo(d, mB)
+		}
+	}
+	c.poll()
+	vAB := View{ID: digest.ViewID{Coord: mA, Counter: 2}, Members: []digest.Member{mA, mB}}
+	for _, m := range []digest.Member{mA, mB} {
+		c.p(m).InstallView(vAB, digest.Digest{}, c.now)
+		c.applyCut(m, mC, 10, rangeU{6, 7})
+	}
+	c.poll()
+	for _, m := range []digest.Member{mA, mB} {
+		require.Equal(t, span(1, 5), c.rec(m).seqs(mC), "member %v: held up at its gap", m)
+		require.Empty(t, c.rec(m).lostOf(mC), "member %v", m)
+	}
+	v3 := View{ID: digest.ViewID{Coord: mA, Counter: 3}, Members: []digest.Member{mA, mB, mC}}
+	md := digest.NewMutable(v3.Members)
+	md.MergeDigest(c.p(mA).Digest())
+	md.MergeDigest(c.p(mC).Digest())
+	d, err := md.Complete()
+	require.NoError(t, err)
+	for _, m := range c.order {
+		c.p(m).InstallMergeView(v3, d, c.now)
+	}
+	c.run(c.now+time.Second, nil)
+	for _, m := range []digest.Member{mA, mB} {
+		require.Equal(t, span(1, 10), c.rec(m).seqs(mC), "member %v", m)
+		require.Empty(t, c.rec(m).lostOf(mC), "member %v: nothing of a live sender that holds it reported lost", m)
+	}
+}

@@ -363,6 +363,32 @@ func (w *Window[T]) MarkLost(from, to uint64) int {
 	return marked
 }
 
+// UnmarkLost clears the lost marks of the seqnos in [from, to] above
+// delivered (and at most Low()+Capacity()): they are missing again, gaps to
+// be filled (a loss declared for a reason that no longer holds). Returns
+// how many marks it cleared. Both sides quiesced (or one owner): the
+// consumer must not be skipping them meanwhile.
+func (w *Window[T]) UnmarkLost(from, to uint64) int {
+	from = max(from, w.delivered.Load()+1)
+	to = min(to, w.low.Load()+w.capacity)
+	if from > to {
+		return 0
+	}
+	cleared := 0
+	total := to - from + 1
+	for n := uint64(0); n < total; {
+		idx := (from + n) & w.mask
+		s := w.span(idx, total-n)
+		wi := idx >> 6
+		if m := wordMask(idx&63, s) & w.lost[wi].Load(); m != 0 {
+			w.lost[wi].And(^m)
+			cleared += popcount(m)
+		}
+		n += s
+	}
+	return cleared
+}
+
 // consumerLimit returns how many seqnos after d the consumer may inspect:
 // those at or below low+capacity. Loading low (acquire) makes the purge of
 // each slot's previous occupant visible, so a presence or lost bit seen for

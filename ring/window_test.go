@@ -652,3 +652,27 @@ func TestRangeAndResultStrings(t *testing.T) {
 	}
 	require.Equal(t, 6, RunResult{Added: 1, Duplicate: 2, Old: 3, Full: true}.Processed())
 }
+
+// TestWindowUnmarkLost: marks above delivered are cleared (the seqnos are
+// gaps again and may be added), those at or below it and beyond the
+// capacity are not touched, held entries stay held.
+func TestWindowUnmarkLost(t *testing.T) {
+	w, err := NewWindow[uint64](64, 0)
+	require.NoError(t, err)
+	addAll(t, w, 1, 2, 5)
+	require.Equal(t, 6, w.MarkLost(3, 9)) // 3, 4 and 6..9 (5 is held)
+	for range 2 {
+		_, _, ok := w.Remove()
+		require.True(t, ok)
+	}
+	r, ok := w.SkipLost()
+	require.True(t, ok)
+	require.Equal(t, Range{From: 3, To: 4}, r)
+	require.Equal(t, 4, w.UnmarkLost(1, 200), "6..9: not 3, 4 (delivered)")
+	require.Equal(t, []Range{{From: 6, To: 9}}, w.AppendGaps(nil, 0))
+	require.Equal(t, Added, w.Add(7, val(7)))
+	got, lost := drain(t, w)
+	require.Equal(t, []uint64{5}, got)
+	require.Empty(t, lost)
+	require.Equal(t, 0, w.UnmarkLost(1, 9), "nothing left to clear")
+}
