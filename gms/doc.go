@@ -67,10 +67,11 @@
 //
 // # Leaves, failures, cuts
 //
-// A graceful leave sends LEAVE with the leaver's highest seqno to the
-// coordinator (and to the first member it does not suspect, if that is
-// another: the one that takes over if the coordinator has crashed) and
-// keeps answering retransmissions until LeaveRsp. Members multicast
+// A graceful leave multicasts LEAVE with the leaver's highest seqno (again
+// every 2×ViewAckTimeout) and keeps answering retransmissions until
+// LeaveRsp. The coordinator handles it; every other member remembers it,
+// so that a member that takes over, before or after the view that drops
+// the leaver, cuts it as a leaver (below) and sends its LeaveRsp. Members multicast
 // heartbeats; a member silent for Config.SuspectTimeout is probed directly,
 // up to Config.ProbeAttempts times (default 3), each probe
 // Config.ProbeTimeout after the previous one; anything heard from it
@@ -116,7 +117,11 @@
 // it has not closed; a coordinator that took over resumes their cuts after
 // its first view change (survivors report a cut they already applied as
 // received up to it, with its lost ranges still missing, so the new cut is
-// at least as high and declares at least as much lost). A member that
+// at least as high and declares at least as much lost), a graceful
+// leaver's as a leave: up to its announced highest, nothing declared lost
+// (it repairs what survivors lack) unless a survivor reports a fix an
+// earlier coordinator made without knowing of the leave, and a LeaveRsp
+// when it closes. A member that
 // still holds a departed sender's window that no cut of the current
 // coordinator covers, Config.ViewChangeTimeout after the view that dropped
 // it, reports it to the coordinator unasked, which cuts it (a coordinator
@@ -138,7 +143,9 @@
 //
 // Coordinators put their view id in their heartbeats; a coordinator that
 // hears another group's coordinator starts a merge if its member id is the
-// smaller; it resends its request every Config.ViewAckTimeout until
+// smaller, and otherwise answers with its own heartbeat by unicast, so
+// that the leader hears of it even when its multicast does not reach the
+// leader (one-way multicast); the leader resends its request every Config.ViewAckTimeout until
 // answered, and a coordinator holding its capture for that merge answers a
 // repeat with the same answer. Both capture their digests; the leader
 // builds the merge view (its members, then the others', counter above

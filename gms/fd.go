@@ -266,7 +266,16 @@ func (g *GMS) onHeartbeat(m *msg, now time.Duration) {
 		g.maxCounter = max(g.maxCounter, m.view.Counter)
 	}
 	if m.kind == 1 && g.IsCoordinator() && m.view != g.view.ID && m.addr != "" {
-		g.mergeCandidate(Peer{Member: m.sender, Addr: m.addr}, m.view, now)
+		other := Peer{Member: m.sender, Addr: m.addr}
+		g.mergeCandidate(other, m.view, now)
+		if m.sender.Less(g.self.Member) && g.merge == nil && g.hold == nil {
+			// The other coordinator leads the merge: it must hear of us,
+			// even if our multicast heartbeats do not reach it (one-way
+			// multicast), so we answer its heartbeat with ours, unicast.
+			hb := &msg{typ: typeHeartbeat, kind: 1, view: g.view.ID}
+			hb.withAddr(g.cfg.Addr)
+			g.send(other, hb)
+		}
 	}
 	if m.kind == 0 && g.status == StatusMember && m.addr != "" && !m.view.Coord.IsZero() &&
 		m.view.Counter < g.view.ID.Counter && !g.view.Contains(m.sender) &&

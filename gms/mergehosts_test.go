@@ -51,3 +51,32 @@ func TestOneSidedInitialHostsMerge(t *testing.T) {
 		})
 	}
 }
+
+// TestOneWayMulticastMerge (simulator, fake protocol): {1,2,3} splits into
+// {1,2} and {3} (each side excludes the other) and the partition heals,
+// but 3's multicasts no longer reach 1 and 2 while it hears theirs and
+// unicast works both ways. 1 must lead the merge (the smaller coordinator
+// id) but never hears 3's heartbeats: 3, hearing the heartbeat of a
+// coordinator that leads, answers it by unicast, and the groups merge
+// within two seconds of the heal.
+func TestOneWayMulticastMerge(t *testing.T) {
+	for seed := range uint64(seeds(10, 3)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h := newHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
+			all := []*node{h.add(1), h.add(2), h.add(3)}
+			h.formGroup(all...)
+			a, b, c := all[0], all[1], all[2]
+			heal := h.s.Now() + 2*time.Second
+			h.s.Partition(h.s.Now(), heal, []digest.Member{c.Member()})
+			h.runUntil(func() bool { return settled(a, b) && settled(c) }, heal, "two groups")
+			h.s.Schedule(heal, func(time.Duration) {
+				for _, n := range []*node{a, b} {
+					require.NoError(t, h.s.Block(c.Member(), n.Member(), sim.BlockMulticast))
+				}
+			})
+			h.runUntil(func() bool { return h.s.Now() > heal && settled(all...) }, heal+2*time.Second, "merged")
+			require.Equal(t, a.self(), c.g.View().Coord().Member, "the smaller coordinator id leads")
+			h.noErrors()
+		})
+	}
+}

@@ -83,6 +83,16 @@ func (g GilbertElliott) step(bad *bool, draw func() float64) bool {
 	return draw() < loss
 }
 
+// Blocked says which datagrams a directed link drops (Sim.Block): a
+// one-way outage of multicast, of unicast, or of both.
+type Blocked uint8
+
+// What Sim.Block drops.
+const (
+	BlockMulticast Blocked = 1 << iota
+	BlockUnicast
+)
+
 // Link overrides the latency and jitter of one directed link.
 type Link struct {
 	Latency time.Duration

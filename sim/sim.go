@@ -29,6 +29,7 @@ type Sim struct {
 	rng   *rand.Rand
 	net   NetConfig
 	links map[linkKey]Link
+	block map[linkKey]Blocked
 
 	nodes    []*nodeState
 	byMember map[digest.Member]int32
@@ -153,6 +154,27 @@ func (s *Sim) SetLink(from, to digest.Member, l Link) error {
 		s.links = make(map[linkKey]Link)
 	}
 	s.links[linkKey{fi, ti}] = l
+	return nil
+}
+
+// Block makes the directed link from→to drop, from now on, the datagrams
+// of the kinds in what (BlockMulticast, BlockUnicast or both; 0 lifts it):
+// one-way outages, such as a member whose multicast does not reach the
+// others while it hears theirs.
+func (s *Sim) Block(from, to digest.Member, what Blocked) error {
+	fi, ok1 := s.byMember[from]
+	ti, ok2 := s.byMember[to]
+	if !ok1 || !ok2 {
+		return fmt.Errorf("sim: block %v->%v: unknown member", from, to)
+	}
+	if s.block == nil {
+		s.block = make(map[linkKey]Blocked)
+	}
+	if what == 0 {
+		delete(s.block, linkKey{fi, ti})
+		return nil
+	}
+	s.block[linkKey{fi, ti}] = what
 	return nil
 }
 
@@ -362,7 +384,7 @@ func (s *Sim) send(to digest.Member, datagram []byte) {
 			s.tap(TapDrop, fm, to, data)
 			return
 		}
-		s.copyTo(from, ti, data)
+		s.copyTo(from, ti, data, BlockUnicast)
 		return
 	}
 	for ti := range s.nodes {
@@ -372,17 +394,21 @@ func (s *Sim) send(to digest.Member, datagram []byte) {
 		if !s.nodes[ti].up {
 			continue
 		}
-		s.copyTo(from, int32(ti), data)
+		s.copyTo(from, int32(ti), data, BlockMulticast)
 	}
 }
 
-// copyTo decides the fate of one receiver's copy. The random draws happen in
-// a fixed order whatever the outcome, so one copy's fate does not shift the
+// copyTo decides the fate of one receiver's copy (kind says whether it is
+// a multicast's or a unicast, for Block). The random draws happen in a
+// fixed order whatever the outcome, so one copy's fate does not shift the
 // draws of the next.
-func (s *Sim) copyTo(from, to int32, data []byte) {
+func (s *Sim) copyTo(from, to int32, data []byte, kind Blocked) {
 	lossDraw := s.rng.Float64()
 	lost := lossDraw < s.net.Loss
 	if s.net.Burst.On() && s.net.Burst.step(&s.nodes[to].burstBad, s.rng.Float64) {
+		lost = true
+	}
+	if s.block != nil && s.block[linkKey{from, to}]&kind != 0 {
 		lost = true
 	}
 	fm, tm := s.nodes[from].member, s.nodes[to].member

@@ -291,3 +291,29 @@ func TestLedgerRejectsHoles(t *testing.T) {
 	require.EqualValues(t, 4, l.Highest(member(1)))
 	require.Equal(t, 2, l.Total())
 }
+
+// TestBlockOneWay: a blocked direction drops only its kind of datagram
+// (here multicast from 1 to 2), the other direction still flows, and
+// lifting the block restores it.
+func TestBlockOneWay(t *testing.T) {
+	s := New(5, NetConfig{})
+	ps := newPingers(t, s, 3, 20)
+	require.NoError(t, s.Block(member(1), member(2), BlockMulticast))
+	require.Error(t, s.Block(member(1), member(9), BlockUnicast))
+	s.Schedule(10*time.Millisecond+time.Nanosecond, func(time.Duration) {
+		require.NoError(t, s.Block(member(1), member(2), 0))
+	})
+	require.NoError(t, s.RunUntil(time.Second))
+	count := func(p *pinger, from digest.Member) int {
+		n := 0
+		for _, f := range p.froms {
+			if f == from {
+				n++
+			}
+		}
+		return n
+	}
+	require.Equal(t, 10, count(ps[1], member(1)), "1's counters 1..10 blocked to 2, then it flows")
+	require.Equal(t, 20, count(ps[0], member(2)), "the reverse direction flows")
+	require.Equal(t, 20, count(ps[2], member(1)), "other links flow")
+}
