@@ -26,7 +26,19 @@ type fdState struct {
 	nextCheck time.Duration
 	resendAt  time.Duration // next resend of our suspicions
 	nonce     uint64
+	// reportTo is the member our suspicions are reported to (the first we
+	// do not suspect) and reportSince when we started reporting to it in
+	// the current view, while we suspect anyone (actOnSuspects).
+	reportTo    digest.Member
+	reportSince time.Duration
+	// named is the view each member of ours named in its last heartbeat.
+	named map[digest.Member]digest.ViewID
 }
+
+// inert is fdState.quiet's value for a member suspected because it does
+// not act on our reports (actOnSuspects): hearing from it again does not
+// withdraw that suspicion; a new view does.
+const inert time.Duration = 1<<63 - 1
 
 // probeRun is the probing of a silent member: when the first probe was
 // sent and how many were (at most Config.ProbeAttempts). Anything heard
@@ -44,6 +56,7 @@ func (f *fdState) init() {
 		probes:    make(map[digest.Member]probeRun),
 		suspected: make(map[digest.Member]bool),
 		quiet:     make(map[digest.Member]time.Duration),
+		named:     make(map[digest.Member]digest.ViewID),
 	}
 }
 
@@ -53,16 +66,22 @@ func (f *fdState) heard(m digest.Member, now time.Duration) {
 	}
 }
 
-// viewChanged starts watching v's new members and forgets departed ones.
+// viewChanged starts watching v's new members and forgets departed ones
+// (and the suspicions of members that did not act on our reports: the new
+// view gives them a new chance).
 func (f *fdState) viewChanged(v View, now time.Duration) {
 	for m := range f.lastHeard {
-		if !v.Contains(m) {
-			delete(f.lastHeard, m)
+		if !v.Contains(m) || f.quiet[m] == inert {
+			if !v.Contains(m) {
+				delete(f.lastHeard, m)
+				delete(f.named, m)
+			}
 			f.stopProbing(m)
 			delete(f.suspected, m)
 			delete(f.quiet, m)
 		}
 	}
+	f.reportTo = digest.Member{}
 	for _, p := range v.Members {
 		if _, ok := f.lastHeard[p.Member]; !ok {
 			f.lastHeard[p.Member] = now
@@ -147,6 +166,9 @@ func (g *GMS) tickFD(now time.Duration) {
 		f.resendAt = now + g.cfg.SuspectTimeout/2
 		g.actOnSuspects(now)
 	}
+	if len(f.suspected) == 0 {
+		f.reportTo = digest.Member{} // nothing to report: the next report times afresh
+	}
 	f.nextCheck = now + g.fdInterval()
 }
 
@@ -212,6 +234,16 @@ func (g *GMS) suspects() []digest.Member {
 // actOnSuspects excludes suspects as coordinator, takes over when the
 // coordinator is suspected and we are the first member not suspected, or
 // reports the suspects to whoever coordinates.
+//
+// A member we report to in place of a suspected coordinator (the next in
+// line) whose heartbeats name another view, and that installs no new view
+// of ours within ViewChangeTimeout, does not act as a member of our view
+// though we hear from it (it formed a group of its own while cut off from
+// us, and ignores reports for a view it does not have): we suspect it too
+// and report to the next one, or take over. Hearing from it does not withdraw that suspicion (inert);
+// the next view does. (Reports to the coordinator itself are not timed: a
+// member left behind in an older view reports to a coordinator that
+// brings it forward or excludes it, memberBehind.)
 func (g *GMS) actOnSuspects(now time.Duration) {
 	s := g.suspects()
 	if len(s) == 0 {
@@ -228,13 +260,35 @@ func (g *GMS) actOnSuspects(now time.Duration) {
 		return
 	}
 	next := g.firstUnsuspected(nil)
+	if named, ok := g.fd.named[next.Member]; ok && named != g.view.ID && next.Member != g.view.Coord().Member &&
+		next.Member == g.fd.reportTo && now-g.fd.reportSince >= g.cfg.ViewChangeTimeout {
+		g.suspectInert(next.Member)
+		s = g.suspects()
+		next = g.firstUnsuspected(nil)
+	}
 	if next.Member == g.self.Member {
 		g.takeOver(s, now)
 		return
 	}
+	if next.Member != g.fd.reportTo {
+		g.fd.reportTo, g.fd.reportSince = next.Member, now
+	}
 	r := &msg{typ: typeSuspect, view: g.view.ID}
 	r.withMembers(s)
 	g.send(next, r)
+}
+
+// suspectInert suspects m, a member that did not act on our reports
+// (actOnSuspects).
+func (g *GMS) suspectInert(m digest.Member) {
+	g.fd.stopProbing(m)
+	g.fd.suspected[m] = true
+	g.fd.quiet[m] = inert
+	g.stats.Suspicions++
+	g.log.Info("gms: suspect: it does not act on our reports", "self", g.self.Member, "member", m)
+	if g.cfg.Listener != nil {
+		g.cfg.Listener.Suspected(m)
+	}
 }
 
 // firstUnsuspected returns the first member of the view that neither we nor
@@ -264,6 +318,7 @@ func (g *GMS) takeOver(excl []digest.Member, now time.Duration) {
 func (g *GMS) onHeartbeat(m *msg, now time.Duration) {
 	if g.view.Contains(m.sender) {
 		g.maxCounter = max(g.maxCounter, m.view.Counter)
+		g.fd.named[m.sender] = m.view
 	}
 	if m.kind == 1 && g.IsCoordinator() && m.view != g.view.ID && m.addr != "" {
 		other := Peer{Member: m.sender, Addr: m.addr}

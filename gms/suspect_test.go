@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/sim"
 	"github.com/stretchr/testify/require"
 )
 
@@ -124,4 +125,41 @@ func TestSuspectedRealNakack(t *testing.T) {
 			h.noErrors()
 		})
 	}
+}
+
+// TestNextInLineInAnotherGroup (simulator, fake protocol, no loss): in the
+// view [A B C D], B stops hearing the others (they still hear B), suspects
+// them all and founds a group of its own, [B]. Meanwhile D leaves and A
+// installs [A B C] (numbered like B's view: B misses it) and crashes. C
+// hears B's heartbeats all along, so it suspects only A and reports to B,
+// the next in line, which ignores reports for a view it does not have (and
+// sends C no exclusion notice: C's view is not older than its own). C
+// suspects B too once B has installed no new view within
+// ViewChangeTimeout of its first report, takes over, and the groups [B]
+// and [C] merge.
+func TestNextInLineInAnotherGroup(t *testing.T) {
+	h := newHarness(t, 1, sim.NetConfig{Jitter: 100 * time.Microsecond})
+	all := []*node{h.add(1), h.add(2), h.add(3), h.add(4)}
+	h.formGroup(all...)
+	vs := byView(all[0].g.View(), all)
+	a, b, c, d := vs[0], vs[1], vs[2], vs[3]
+	block := func(what sim.Blocked) {
+		for _, n := range []*node{a, c, d} {
+			require.NoError(t, h.s.Block(n.Member(), b.Member(), what))
+		}
+	}
+	t0 := h.s.Now()
+	block(sim.BlockMulticast | sim.BlockUnicast)
+	h.do(t0+50*time.Millisecond, d, func(now time.Duration) { require.NoError(t, d.g.Leave(now)) })
+	h.runUntil(func() bool {
+		return !a.g.View().Contains(d.self()) && c.g.View().Equal(a.g.View())
+	}, t0+400*time.Millisecond, "[A B C] at A and C")
+	h.s.Crash(a.Member())
+	h.runUntil(func() bool { return settled(b) }, t0+1500*time.Millisecond, "B alone")
+	block(0)
+	require.Equal(t, b.g.View().ID.Counter, c.g.View().ID.Counter, "C's view numbered like B's")
+	require.True(t, c.g.View().Contains(b.self()))
+	h.runUntil(func() bool { return settled(b, c) }, t0+10*time.Second, "B and C in one view")
+	require.Empty(t, c.left)
+	require.Empty(t, b.left)
 }

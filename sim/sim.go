@@ -157,6 +157,16 @@ func (s *Sim) SetLink(from, to digest.Member, l Link) error {
 	return nil
 }
 
+// ResetLink drops SetLink's override of the directed link from→to: it
+// takes NetConfig's latency and jitter again.
+func (s *Sim) ResetLink(from, to digest.Member) {
+	fi, ok1 := s.byMember[from]
+	ti, ok2 := s.byMember[to]
+	if ok1 && ok2 && s.links != nil {
+		delete(s.links, linkKey{fi, ti})
+	}
+}
+
 // Block makes the directed link from→to drop, from now on, the datagrams
 // of the kinds in what (BlockMulticast, BlockUnicast or both; 0 lifts it):
 // one-way outages, such as a member whose multicast does not reach the

@@ -27,23 +27,28 @@ const (
 	fBlip                    // a partition too short for any exclusion
 	fState                   // a member fetches the application state
 	fPurge                   // a sender purges its own window past what others delivered (MSG_NOT_FOUND)
+	fStall                   // a member's datagrams of a few ms are held in the network for up to 3s, and it crashes
 	faultKinds
 )
 
-var faultNames = [...]string{"crash", "leave", "leave+rejoin", "join", "split", "blip", "state", "purge"}
+var faultNames = [...]string{"crash", "leave", "leave+rejoin", "join", "split", "blip", "state", "purge", "stall+crash"}
 
 type fault struct {
 	kind faultKind
 	at   time.Duration // from the start of the chaos
 	node uint64
-	dur  time.Duration // split, blip
+	dur  time.Duration // split, blip; stall: for how long datagrams are held
+	hold time.Duration // stall: how long they are held
 	side []uint64      // split, blip: the members cut off from the rest
 }
 
 func (f fault) String() string {
 	s := fmt.Sprintf("%s of %d at %v", faultNames[f.kind], f.node, f.at)
-	if f.kind == fSplit || f.kind == fBlip {
+	switch f.kind {
+	case fSplit, fBlip:
 		s = fmt.Sprintf("%s of %v at %v for %v", faultNames[f.kind], f.side, f.at, f.dur)
+	case fStall:
+		s = fmt.Sprintf("%s of %d at %v: %v of datagrams held %v", faultNames[f.kind], f.node, f.at, f.dur, f.hold)
 	}
 	return s
 }
@@ -119,12 +124,16 @@ func newWGScenario(seed uint64) wgScenario {
 		f := fault{kind: faultKind(r.IntN(int(faultKinds))), at: time.Duration(100+r.IntN(2600)) * time.Millisecond}
 		ids := sortedIDs(alive)
 		switch f.kind {
-		case fCrash, fLeave:
+		case fCrash, fLeave, fStall:
 			if len(ids) <= 2 {
 				continue
 			}
 			f.node = ids[r.IntN(len(ids))]
 			delete(alive, f.node)
+			if f.kind == fStall {
+				f.dur = time.Duration(1+r.IntN(20)) * time.Millisecond
+				f.hold = time.Duration(50+r.IntN(3000)) * time.Millisecond
+			}
 		case fRejoin, fState:
 			f.node = ids[r.IntN(len(ids))]
 		case fPurge:
@@ -171,7 +180,7 @@ func runWGScenario(sc wgScenario) (c *members.Cluster, err error) {
 
 func runWG(sc wgScenario) (*members.Cluster, error) {
 	c := members.New(members.Config{Seed: sc.seed, Net: sc.net,
-		GMS: func(id uint64, cfg *gms.Config) { cfg.DiscoveryRounds = 1 },
+		GMS: func(id uint64, cfg *gms.Config) { cfg.DiscoveryRounds, cfg.CreateGroup = 1, true },
 		Nakack: func(id uint64, cfg *nakack.Config) {
 			if sc.window > 0 {
 				cfg.SendWindow, cfg.RecvWindow = sc.window, sc.window
@@ -234,6 +243,20 @@ func scheduleFault(c *members.Cluster, t0 time.Duration, f fault) error {
 	switch f.kind {
 	case fCrash:
 		c.Crash(at, n)
+	case fStall:
+		c.Sim.Schedule(at, func(time.Duration) {
+			for _, o := range c.Nodes() {
+				if o != n {
+					_ = c.Sim.SetLink(n.Member(), o.Member(), sim.Link{Latency: f.hold})
+				}
+			}
+		})
+		c.Sim.Schedule(at+f.dur, func(time.Duration) {
+			for _, o := range c.Nodes() {
+				c.Sim.ResetLink(n.Member(), o.Member())
+			}
+		})
+		c.Crash(at+f.dur+time.Millisecond, n)
 	case fLeave, fRejoin:
 		c.Do(at, n, func(now time.Duration) {
 			n.RejoinAfterLeave = f.kind == fRejoin

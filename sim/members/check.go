@@ -204,7 +204,8 @@ func (c *Cluster) checkBoundaries() error {
 }
 
 // checkStates: the requester of a state transfer and its provider, both
-// still members at the end, have the same application state of every
+// still members at the end (the provider not having installed a state of
+// its own since), have the same application state of every
 // sender the digest covered that neither was told lost anything of since
 // the transfer, where both streams stand at the end (or, if one stream
 // ends earlier, a departed sender's cut on one side of a partition, where
@@ -224,8 +225,8 @@ func (c *Cluster) checkStates(final []*Node) error {
 		}
 		in := req.Installs[len(req.Installs)-1]
 		prov := cur[in.Provider]
-		if prov == nil {
-			continue
+		if prov == nil || (len(prov.Installs) > 0 && prov.Installs[len(prov.Installs)-1].At > in.At) {
+			continue // gone, or it replaced its own state since
 		}
 		for _, e := range in.Digest.Entries() {
 			rs, ps := req.App.Stream(e.Member), prov.App.Stream(e.Member)
