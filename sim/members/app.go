@@ -22,7 +22,9 @@ type Event struct {
 	// Departed: a lost range reported while the sender was not in the
 	// reporter's view (a cut); Resync: a lost range covering the message
 	// a stream's start point falls inside (a join or state point the
-	// holder passed through without delivering).
+	// holder passed through without delivering), or the rest of a message
+	// whose start the stream already accounted lost (a cut ended inside
+	// it).
 	Departed, Resync bool
 }
 
@@ -191,6 +193,13 @@ func (a *App) Lost(sender digest.Member, from, to uint64) {
 	}
 	ev := Event{Lost: true, From: from, To: to, At: a.c().Sim.Now(), Resync: resync, Chain: s.Chain}
 	ev.Departed = !a.inView(sender)
+	if first, last, _, ok := a.c().Ledger.Message(sender, from); ok && first < from && to <= last {
+		// The rest of a message whose start the stream accounted lost
+		// already (a cut ended inside it, and a merge brought the sender
+		// back): it can never be delivered.
+		resync = true
+	}
+	ev.Resync = resync
 	if !ev.Departed && !resync {
 		if purged := a.c().purgedPoint(a.inc, sender); to > purged {
 			a.fail("lost range %v [%d,%d] of a sender in the view: nothing above %d was purged (its own purge point, merge digests' Low)",
