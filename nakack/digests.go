@@ -183,6 +183,7 @@ func (p *Protocol) installView(v View, d digest.Digest, merge bool, now time.Dur
 	for len(p.challenged) > 0 { // a MSG_NOT_FOUND counts for its view only
 		p.dropChallenge(p.challenged[0])
 	}
+	p.stablePoint = 0
 	if p.hasView && p.stableAt == NoDeadline {
 		p.stableAt = now + p.cfg.StableInterval
 	}

@@ -297,6 +297,10 @@ type Protocol struct {
 	// groupLow: the highest Low of the own entry in a STABILITY (every
 	// member's window starts at or above it); see SendLimit.
 	groupLow uint64
+	// stablePoint: the highest own seqno a STABILITY of the current view
+	// made stable: every member of this view delivered it, so a request of
+	// this view for it crossed its requester's own STABLE (stale).
+	stablePoint uint64
 	captures []capture
 	capSeq   uint64
 	history  *digest.History

@@ -467,3 +467,42 @@ func TestMsgNotFoundOnlyForOwnView(t *testing.T) {
 		})
 	}
 }
+
+// TestNoMsgNotFoundToRequestCrossingItsStable: A asks B for 51..60 and
+// then gets them (the original multicast, late), delivers them and
+// reports them in its STABLE; B, the coordinator, gets the STABLE first,
+// purges 1..60 and only then the request. The request crossed A's own
+// report: A has what it asked for, and B answers it with nothing, not
+// with a MSG_NOT_FOUND (which must never be sent in a run without forced
+// purges, crashes or partitions).
+func TestNoMsgNotFoundToRequestCrossingItsStable(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.MaxBundle = 10 }, mB, mA)
+	ds := c.send(mB, false, payloads("b", 1, 60)...)
+	var late []dgram
+	for _, d := range ds {
+		if _, first, _ := dataRange(t, d); first > 50 {
+			late = append(late, d)
+			continue
+		}
+		c.deliverTo(d, mA)
+	}
+	c.poll()
+	c.deliver(c.send(mB, false, "b61"), nil) // A learns of 51..60 by the gap
+	a := c.p(mA)
+	c.now = a.NextDeadline()
+	a.Tick(c.now)
+	req := c.take()
+	require.Equal(t, []wire.Range{rg(51, 60)}, xmitRanges(t, req, mB))
+	for _, d := range late {
+		c.deliverTo(d, mA)
+	}
+	c.poll()
+	c.stableRound()
+	e, _ := c.p(mB).WindowState(mB)
+	require.Equal(t, uint64(61), e.Low, "B purged what A reported delivered")
+	c.deliver(req, func(d dgram, to digest.Member) bool { return to != mB })
+	require.Empty(t, ofType(c.take(), wire.TypeMsgNotFound))
+	st := c.p(mB).Stats()
+	require.Zero(t, st.MsgNotFoundSent)
+	require.NotZero(t, st.StaleRequests)
+}

@@ -431,6 +431,12 @@ func (p *Protocol) repair(s *sender, requester digest.Member, credit *repairCred
 		}
 		rg.From = max(rg.From, req.Delivered+1)
 		rg.To = min(rg.To, hi)
+		if s.own && p.hasView && req.View == p.view.ID && rg.From <= p.stablePoint {
+			// The requester delivered these since (the STABILITY of this
+			// view counted it): the request crossed its own STABLE.
+			p.stats.StaleRequests++
+			rg.From = p.stablePoint + 1
+		}
 		if rg.From > rg.To {
 			continue
 		}

@@ -446,6 +446,7 @@ func applyStability[E wire.Entries](p *Protocol, d E, now time.Duration) {
 			// these fields' use wrote Delivered: a lower bound too).
 			p.groupRecv = max(p.groupRecv, min(e.Received, p.nextSeq-1))
 			p.groupLow = max(p.groupLow, min(e.Low, e.Delivered))
+			p.stablePoint = max(p.stablePoint, e.Delivered)
 		}
 		low := s.win.Low()
 		p.stats.Purged += uint64(p.purgeWin(s, e.Delivered))
