@@ -59,7 +59,10 @@
 // a flood of requests, from a member or a stranger spoofing its address,
 // buys a bounded amount of repair. What either limit holds back is counted
 // and left to the requester's next round. A request at or below what the
-// requester reports as delivered is stale (dropped, counted). For seqnos it no longer holds (at or
+// requester reports as delivered, or for own seqnos a STABILITY of the
+// current view made stable (the request crossed its requester's STABLE:
+// it has them), is stale (dropped, counted). For seqnos it no longer
+// holds (at or
 // below its low), and only as the original sender, a member answers
 // MSG_NOT_FOUND carrying its low, highest sent and whole digest, to a
 // request for its current view only: one for another view comes from a
@@ -134,9 +137,10 @@
 // backoff up to NakMaxInterval. A HIGHEST that announces nothing new also
 // re-arms a window with a known gap and no timer. Lost ranges obey the same
 // limit: a MSG_NOT_FOUND or merge digest whose Low lies beyond
-// low+RecvWindow marks what fits at once and the rest as purges make room,
-// so the range is reported in window-sized pieces, each seqno exactly once
-// and in order. Known limit: a departed sender's window is no longer purged
+// low+RecvWindow marks what fits at once and the rest as purges make room;
+// nothing beyond the window's capacity can be held, so Poll reports the
+// whole range at once and consumes the later marks silently. Known limit:
+// a departed sender's window is no longer purged
 // by STABILITY (it is closed after its cut), so a survivor that purged that
 // sender late cannot fetch, nor mark lost (DeclareLost), seqnos of the cut
 // beyond its low+RecvWindow; a larger RecvWindow than SendWindow makes that
@@ -146,7 +150,12 @@
 // sender purged (the seqnos above our delivered, at or below its low, that we
 // do not hold) as lost; Poll delivers in order every held message and reports
 // each lost run once through Handler.Lost; nothing at or below the sender's
-// low is requested again. It is logged once at WARN (Config.Logger) with our
+// low is requested again. A lost run is one event whatever the member's
+// window and whenever its pieces became known, so that members that lose
+// the same seqnos report the same ranges: Poll reports it once the seqno
+// after it is held (or the run reaches the highest seqno known, or the
+// window's capacity, above), not while a gap that may still turn out lost
+// follows it (a later MSG_NOT_FOUND of a sender that purged more). It is logged once at WARN (Config.Logger) with our
 // window, the sender's digest and our digest history. One from anyone else,
 // for another view, for another requester, or that would move nothing, is
 // ignored and counted. Unless Config.Authenticated (the driver verifies
@@ -324,7 +333,11 @@
 // requester never delivers it or a part of it either, wherever its window
 // stood (behind the message, reassembling it, at the digest's point or
 // not, or past it); it reports the message lost, whole and once, and goes
-// on with the next one.
+// on with the next one: from its first fragment to its last when its next
+// fragment arrives, or to the cut if its sender departs and the cut falls
+// at the digest's point (reassembly.orphan). Only if the requester holds
+// no fragment of that message can it not tell that the digest ends
+// inside one, and a cut at that point then leaves it unreported.
 //
 // InstallMergeView installs a merge view and its digest in one step
 // (design.md, "Merges"): a member of the other partition whose window was
@@ -334,7 +347,9 @@
 // sender, and the rest up to the digest's Received is fetched. Nothing is
 // skipped silently, and no window is ever created at 0 for a member that
 // has purged. A sender still departed (cut not closed) that is back in the
-// view is live again and keeps its window.
+// view is live again and keeps its window; what its cut declared lost and
+// Poll has not reported yet is fetched from it instead (it is alive and
+// holds it), since the cut is dropped with its declarations (dropCut).
 //
 // ForcePurge purges a window regardless of stability: it exists for tests
 // and operators only (it is how seeds 000-002 reach MSG_NOT_FOUND).

@@ -301,10 +301,10 @@ type Protocol struct {
 	// made stable: every member of this view delivered it, so a request of
 	// this view for it crossed its requester's own STABLE (stale).
 	stablePoint uint64
-	captures []capture
-	capSeq   uint64
-	history  *digest.History
-	pending  []pendingDgram
+	captures    []capture
+	capSeq      uint64
+	history     *digest.History
+	pending     []pendingDgram
 
 	scratch []msg
 	// offs receives a DATA datagram's message offsets as onData decodes
