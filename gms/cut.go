@@ -101,6 +101,42 @@ func (g *GMS) startCut(d departure, now time.Duration) {
 	g.checkCut(c, now)
 }
 
+// refixCuts runs again, as coordinator of the view just installed, every
+// cut it fixed that has not closed, if that view dropped a member of the
+// previous one (prev) or is a merge view: a survivor that left may have
+// held the only copy of seqnos the others still fetch (the fix, made from
+// its report, did not declare them lost), and members merged in may hold
+// what nobody here does, so the fix must be made anew from the reports of
+// the members there are now. Survivors report a fix they applied as
+// received up to its cut with its lost ranges missing, so the new fix is
+// at least as high and declares at least as much lost (what nobody holds
+// now); one that already acknowledged acknowledges again.
+func (g *GMS) refixCuts(prev View, merge bool, now time.Duration) {
+	if g.view.Coord().Member != g.self.Member {
+		return
+	}
+	shrank := false
+	for _, p := range prev.Members {
+		shrank = shrank || !g.view.Contains(p.Member)
+	}
+	if !shrank && !merge {
+		return
+	}
+	for _, sender := range sortedKeys(g.cuts) {
+		c := g.cuts[sender]
+		if c == nil || c.closed || !c.fixed {
+			continue // not fixed: the reports of the members there are now are still awaited
+		}
+		g.log.Info("gms: cut fixed again for the members there are now", "sender", sender, "view", g.view.ID)
+		c.fixed = false
+		c.reports = map[digest.Member]cutReport{g.self.Member: g.localReport(sender)}
+		clear(c.acks)
+		c.resendAt = now + g.cfg.ViewAckTimeout
+		g.multicast(&msg{typ: typeCutReq, view: g.view.ID, member: sender})
+		g.checkCut(c, now)
+	}
+}
+
 // localReport is this member's state of sender for a cut. If a cut fixed
 // by an earlier coordinator is open here, the report covers it: received
 // is at least that cut and the ranges it declared lost count as missing

@@ -1,6 +1,7 @@
 package gms
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -148,4 +149,84 @@ func lostOf(ns []*realNode, sender digest.Member) map[uint64][]Range {
 		out[n.id] = n.app.lost[sender]
 	}
 	return out
+}
+
+// dataSeqs returns the origin and the seqnos a DATA or FRAG datagram
+// carries (ok false for any other datagram).
+func dataSeqs(b []byte) (origin digest.Member, first, last uint64, ok bool) {
+	h, body, err := wire.DecodeHeader(b, 7)
+	if err != nil {
+		return digest.Member{}, 0, 0, false
+	}
+	switch h.Type {
+	case wire.TypeData:
+		d, err := wire.DecodeData(h, body)
+		if err != nil {
+			return digest.Member{}, 0, 0, false
+		}
+		return d.Origin, d.First, d.Last(), true
+	case wire.TypeFrag:
+		f, err := wire.DecodeFrag(h, body)
+		if err != nil {
+			return digest.Member{}, 0, 0, false
+		}
+		return f.Origin, f.Seq, f.Seq, true
+	}
+	return digest.Member{}, 0, 0, false
+}
+
+// TestCutRefixedWhenItsHolderGoes (simulator, real nakack): D crashes
+// while B alone holds D's seqno x (every copy of it to A and C is
+// dropped), so the cut A fixes declares nothing lost: A and C are to
+// fetch x from B. B crashes as the fix goes out, before either got x. The
+// fix can never complete: when the view that excludes B is installed, A
+// collects the survivors' reports again and fixes the cut anew, declaring
+// x lost, and A and C end with the same prefix of D (x reported lost),
+// their windows closed.
+func TestCutRefixedWhenItsHolderGoes(t *testing.T) {
+	for seed := range uint64(seeds(20, 4)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h := newRHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
+			all := h.joinFour()
+			vs := make([]*realNode, 0, 4)
+			for _, p := range all[0].g.View().Members {
+				for _, n := range all {
+					if n.self() == p.Member {
+						vs = append(vs, n)
+					}
+				}
+			}
+			a, b, c, d := vs[0], vs[1], vs[2], vs[3]
+			dm := d.self()
+			r := rand.New(rand.NewPCG(seed, 41))
+			x := uint64(20 + r.IntN(30))
+			h.drop = func(from, to digest.Member, dg []byte) bool {
+				if to != a.Member() && to != c.Member() {
+					return false
+				}
+				o, first, last, ok := dataSeqs(dg)
+				return ok && o == dm && first <= x && x <= last
+			}
+			start := h.s.Now()
+			h.traffic(d, start, start+time.Second, 2*time.Millisecond)
+			h.runUntil(func() bool { return d.sent() > x+10 }, start+time.Second, "x sent")
+			h.s.Crash(d.Member())
+			crashed := false
+			h.s.AddTap(func(ev sim.TapEvent) {
+				m := membershipMsg(ev.Data)
+				if !crashed && m != nil && ev.Kind == sim.TapSend && ev.From == a.Member() && m.typ == typeCut && m.kind == 0 && m.member == dm {
+					crashed = true
+					h.s.Schedule(ev.At, func(time.Duration) { h.s.Crash(b.Member()) })
+				}
+			})
+			h.runUntil(func() bool { return crashed && rConverged(a, c) && rQuiet(a, c) }, h.s.Now()+10*time.Second, "cuts closed")
+			for _, n := range []*realNode{a, c} {
+				_, open := n.p().WindowState(dm)
+				require.False(t, open, "node %d", n.id)
+				require.Equal(t, []Range{{x, x}}, n.app.lost[dm], "node %d: x reported lost", n.id)
+			}
+			require.Equal(t, *a.app.state[dm], *c.app.state[dm], "same prefix of D")
+			h.noErrors()
+		})
+	}
 }

@@ -257,19 +257,23 @@ func (g *GMS) NextDeadline() time.Duration {
 // installView installs v with the protocol and resets what depends on the
 // view. joinDigest is non-zero only for the joiner.
 func (g *GMS) installView(v View, joinDigest digest.Digest, now time.Duration) {
+	prev := g.view
 	g.setView(v, now)
 	g.recordView(v.ID, false)
 	g.proto.InstallView(v, joinDigest, now)
 	g.viewInstalled(v, now)
+	g.refixCuts(prev, false, now)
 }
 
 // installMergeView installs a merge view with its digest (one protocol
 // call: see Protocol.InstallMergeView).
 func (g *GMS) installMergeView(v View, d digest.Digest, now time.Duration) {
+	prev := g.view
 	g.setView(v, now)
 	g.recordView(v.ID, true)
 	g.proto.InstallMergeView(v, d, now)
 	g.viewInstalled(v, now)
+	g.refixCuts(prev, true, now)
 }
 
 // setView makes v current. Members of the previous view that v drops

@@ -130,6 +130,9 @@ func (n *realNode) poll() {
 }
 
 func (n *realNode) Receive(from digest.Member, b []byte, now time.Duration) {
+	if n.h != nil && n.h.drop != nil && n.h.drop(from, n.Member(), b) {
+		return
+	}
 	if len(b) > 2 && IsMembership(wire.Type(b[2])) {
 		_ = n.g.Receive(b, now)
 	} else if p := n.p(); p != nil {
@@ -190,6 +193,8 @@ type rharness struct {
 	nodes []*realNode
 	tweak func(*Config)
 	ntw   func(*nakack.Config)
+	// drop, if set, discards a datagram from→to on arrival (as harness's).
+	drop func(from, to digest.Member, b []byte) bool
 }
 
 func newRHarness(t testing.TB, seed uint64, net sim.NetConfig) *rharness {

@@ -67,9 +67,10 @@ func (c *Cluster) every(fn func(inc *Incarnation)) {
 
 // checkCuts: every final member completed every cut it applied (its
 // stream reaches the cut, its window is closed), and the survivors of one
-// cut (members that closed the sender's window after the same view dropped
-// it) have the same stream of it from where they stood then up to the cut,
-// boundaries included.
+// cut (members that closed the sender's window under the same coordinator
+// after the same view dropped it: survivors a partition split before the
+// cut closed end under different ones) have the same stream of it from
+// where they stood then up to the cut, boundaries included.
 func (c *Cluster) checkCuts(final []*Node) error {
 	for _, n := range final {
 		inc := n.Cur()
@@ -80,8 +81,8 @@ func (c *Cluster) checkCuts(final []*Node) error {
 		}
 	}
 	type key struct {
-		sender digest.Member
-		view   digest.ViewID
+		sender, closer digest.Member
+		view           digest.ViewID
 	}
 	type survivor struct {
 		inc *Incarnation
@@ -94,7 +95,7 @@ func (c *Cluster) checkCuts(final []*Node) error {
 			if !ep.Closed || !ep.HasCut {
 				continue
 			}
-			k := key{ep.Sender, ep.Dropped}
+			k := key{ep.Sender, ep.ClosedBy, ep.Dropped}
 			f, ok := first[k]
 			if !ok {
 				first[k] = survivor{inc, ep}

@@ -73,9 +73,11 @@ type Episode struct {
 	From    uint64
 	Cut     uint64
 	HasCut  bool
-	// Closed: the window was closed after the cut; Back: a view brought
-	// the sender back before that.
+	// Closed: the window was closed after the cut (ClosedBy: the
+	// coordinator of the view it was closed in); Back: a view brought the
+	// sender back before that.
 	Closed, Back bool
+	ClosedBy     digest.Member
 }
 
 // open returns sender's episode under way (not closed, not back), or nil.
@@ -357,6 +359,9 @@ func (t *tap) CompleteCut(sender digest.Member, cut uint64, lost []gms.Range, no
 func (t *tap) CloseWindow(sender digest.Member, now time.Duration) {
 	if ep := t.inc.open(sender); ep != nil {
 		ep.Closed = true
+		if ms := t.inc.P.View().Members; len(ms) > 0 {
+			ep.ClosedBy = ms[0]
+		}
 	}
 	t.NakackProtocol.CloseWindow(sender, now)
 }
