@@ -30,20 +30,20 @@ type cutReport struct {
 	ok                  bool
 	delivered, received uint64
 	gaps                []Range
-	// fixed: the report covers a cut an earlier coordinator fixed here
-	// (its lost ranges are among the gaps).
-	fixed bool
+	// declared: the report covers a fix applied here that declared
+	// ranges lost (they are among the gaps, and final at this member).
+	declared bool
 }
 
 // reportMsg is the CUT_REPORT of r for sender: a delivered, b received, c
-// 1 if this member holds a window, id 1 if r covers an applied fix, the
-// gaps as ranges.
+// 1 if this member holds a window, id 1 if r covers an applied fix that
+// declared ranges lost, the gaps as ranges.
 func (g *GMS) reportMsg(sender digest.Member, r cutReport) *msg {
 	rep := &msg{typ: typeCutReport, view: g.view.ID, member: sender, a: r.delivered, b: r.received}
 	if r.ok {
 		rep.c = 1
 	}
-	if r.fixed {
+	if r.declared {
 		rep.id = 1
 	}
 	return rep.withRanges(r.gaps)
@@ -148,7 +148,7 @@ func (g *GMS) localReport(sender digest.Member) cutReport {
 	g.gaps = gaps[:0]
 	r := cutReport{ok: ok, delivered: dl, received: rc, gaps: slices.Clone(gaps)}
 	if mc := g.mcuts[sender]; ok && mc != nil {
-		r.fixed = true
+		r.declared = len(mc.lost) > 0
 		if r.received < mc.cut {
 			r.gaps = append(r.gaps, Range{From: r.received + 1, To: mc.cut})
 			r.received = mc.cut
@@ -214,7 +214,7 @@ func (g *GMS) onCutReport(m *msg, now time.Duration) {
 	if !ok || c.fixed {
 		return
 	}
-	c.reports[m.sender] = cutReport{ok: m.c == 1, delivered: m.a, received: m.b, gaps: m.ranges, fixed: m.id == 1}
+	c.reports[m.sender] = cutReport{ok: m.c == 1, delivered: m.a, received: m.b, gaps: m.ranges, declared: m.id == 1}
 	g.checkCut(c, now)
 }
 
@@ -251,10 +251,10 @@ func (g *GMS) checkCut(c *cutState, now time.Duration) {
 // fixCut picks the cut (the highest seqno any survivor received, at least a
 // leaver's announced highest) and the ranges no survivor holds. A leaver
 // holds all it sent and repairs it until its cut closes, so nothing of it
-// is declared lost, unless a survivor reports a fix an earlier coordinator
-// made without knowing of the leave (it cut the sender as crashed): its
-// lost ranges are final at that survivor, so they are declared again for
-// everyone (they are in every survivor's gaps: nobody held them).
+// is declared lost, unless a survivor reports a fix that declared ranges
+// lost (a coordinator that did not know of the leave cut the sender as
+// crashed): they are final at that survivor, so they are declared again
+// for everyone (they are in every survivor's gaps: nobody held them).
 func (g *GMS) fixCut(c *cutState, now time.Duration) {
 	c.fixed = true
 	cut := c.dep.highest
@@ -265,7 +265,7 @@ func (g *GMS) fixCut(c *cutState, now time.Duration) {
 		if r.ok {
 			cut = max(cut, r.received)
 			minD = min(minD, r.delivered)
-			refix = refix || r.fixed
+			refix = refix || r.declared
 		}
 	}
 	c.cut = cut
