@@ -27,7 +27,7 @@ const (
 	fBlip                    // a partition too short for any exclusion
 	fState                   // a member fetches the application state
 	fPurge                   // a sender purges its own window past what others delivered (MSG_NOT_FOUND)
-	fStall                   // a member's datagrams of a few ms are held in the network for up to 3s, and it crashes
+	fStall                   // a member's datagrams of a few ms are held in the network, about as long as its cut takes, and it crashes
 	faultKinds
 )
 
@@ -37,9 +37,9 @@ type fault struct {
 	kind faultKind
 	at   time.Duration // from the start of the chaos
 	node uint64
-	dur  time.Duration // split, blip; stall: for how long datagrams are held
-	hold time.Duration // stall: how long they are held
-	side []uint64      // split, blip: the members cut off from the rest
+	dur  time.Duration   // split, blip; stall: for how long datagrams are held
+	hold []time.Duration // stall: how long they are held, per receiving node id
+	side []uint64        // split, blip: the members cut off from the rest
 }
 
 func (f fault) String() string {
@@ -48,7 +48,7 @@ func (f fault) String() string {
 	case fSplit, fBlip:
 		s = fmt.Sprintf("%s of %v at %v for %v", faultNames[f.kind], f.side, f.at, f.dur)
 	case fStall:
-		s = fmt.Sprintf("%s of %d at %v: %v of datagrams held %v", faultNames[f.kind], f.node, f.at, f.dur, f.hold)
+		s = fmt.Sprintf("%s of %d at %v: %v of datagrams held %v", faultNames[f.kind], f.node, f.at, f.dur, f.hold[1:])
 	}
 	return s
 }
@@ -129,10 +129,23 @@ func newWGScenario(seed uint64) wgScenario {
 				continue
 			}
 			f.node = ids[r.IntN(len(ids))]
+			if f.kind == fStall { // a sender, if one is still alive
+				for _, i := range r.Perm(len(sc.senders)) {
+					if alive[sc.senders[i]] {
+						f.node = sc.senders[i]
+						break
+					}
+				}
+			}
 			delete(alive, f.node)
 			if f.kind == fStall {
 				f.dur = time.Duration(1+r.IntN(20)) * time.Millisecond
-				f.hold = time.Duration(50+r.IntN(3000)) * time.Millisecond
+				// Around the time the survivors report and the cut is
+				// fixed (suspicion takes about 1s), different at each.
+				base := time.Duration(800+r.IntN(600)) * time.Millisecond
+				for range maxNodes + 1 {
+					f.hold = append(f.hold, base+time.Duration(r.IntN(400))*time.Millisecond)
+				}
 			}
 		case fRejoin, fState:
 			f.node = ids[r.IntN(len(ids))]
@@ -157,9 +170,12 @@ func newWGScenario(seed uint64) wgScenario {
 	return sc
 }
 
+// maxNodes bounds the node ids a scenario uses (founders and joiners).
+const maxNodes = 16
+
 func sortedIDs(m map[uint64]bool) []uint64 {
 	var ids []uint64
-	for id := range uint64(64) {
+	for id := range uint64(maxNodes + 1) {
 		if m[id] {
 			ids = append(ids, id)
 		}
@@ -247,7 +263,7 @@ func scheduleFault(c *members.Cluster, t0 time.Duration, f fault) error {
 		c.Sim.Schedule(at, func(time.Duration) {
 			for _, o := range c.Nodes() {
 				if o != n {
-					_ = c.Sim.SetLink(n.Member(), o.Member(), sim.Link{Latency: f.hold})
+					_ = c.Sim.SetLink(n.Member(), o.Member(), sim.Link{Latency: f.hold[o.ID]})
 				}
 			}
 		})
