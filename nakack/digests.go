@@ -92,7 +92,8 @@ func (p *Protocol) Captures() int { return len(p.captures) }
 
 // InstallView installs v. Members new to this member get a window: from
 // join (the JoinRsp digest; SetDigest semantics) when it is not empty, at 0
-// (a brand-new joiner) when it is. A view member that join lacks gets no
+// (a brand-new joiner) when it is, or where its window was closed for a
+// sender seen before (resumeOrStart: a merge view missed). A view member that join lacks gets no
 // window (never one at 0): its data waits in the pending queue until
 // SetDigest. A sender that left keeps its window, departed, until
 // CloseWindow; one that is back in v (a merge before its cut closed) is live
@@ -168,7 +169,7 @@ func (p *Protocol) installView(v View, d digest.Digest, merge bool, now time.Dur
 			}
 			continue
 		}
-		p.addSender(m, 0, p.cfg.RecvWindow)
+		p.resumeOrStart(m, now)
 	}
 	for _, s := range p.order {
 		if _, in := p.viewPos[s.m]; !in && !s.own && s.state == live {
@@ -207,6 +208,26 @@ func (p *Protocol) dropCut(s *sender, now time.Duration) {
 	}
 	s.cutLost = s.cutLost[:0]
 	p.dequeueRepair(s)
+	p.checkGaps(s, now)
+}
+
+// resumeOrStart gives m, new in a view that brings no digest, a window: at
+// 0 for a brand-new joiner, but at the delivered point remembered when its
+// window was closed after a cut for a sender seen before (no joiner: a new
+// incarnation is a new member). Such a sender is back in a regular view
+// only if this member missed the merge view that brought it back: it
+// resumes where it stood (never at 0: it would deliver again what it
+// delivered before), fetches what the sender holds and learns from its
+// MSG_NOT_FOUND what it purged meanwhile.
+func (p *Protocol) resumeOrStart(m digest.Member, now time.Duration) {
+	start, seen := p.closed[m]
+	s := p.addSender(m, start, p.cfg.RecvWindow)
+	if !seen {
+		return
+	}
+	p.forgetClosed(m)
+	s.floor = start
+	s.reasm.reported, s.reasm.skipTo = start, start
 	p.checkGaps(s, now)
 }
 

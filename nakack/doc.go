@@ -346,7 +346,10 @@
 // (digest entry) is reported lost once, before anything else of that
 // sender, and the rest up to the digest's Received is fetched. Nothing is
 // skipped silently, and no window is ever created at 0 for a member that
-// has purged. A sender still departed (cut not closed) that is back in the
+// has purged. A member that missed the merge view and installs the next,
+// regular, view resumes the windows it closed at their closed points too
+// (it learns what the other side purged from MSG_NOT_FOUND instead of the
+// merge digest). A sender still departed (cut not closed) that is back in the
 // view is live again and keeps its window; what its cut declared lost and
 // Poll has not reported yet is fetched from it instead (it is alive and
 // holds it), since the cut is dropped with its declarations (dropCut).

@@ -489,3 +489,73 @@ func TestMergeViewBeforeCutClosedDropsItsLostRanges(t *testing.T) {
 		require.Empty(t, c.rec(m).lostOf(mC), "member %v: nothing of a live sender that holds it reported lost", m)
 	}
 }
+
+// TestRegularViewAfterMissedMergeView: as TestInstallMergeViewResumesAtClosedPoint,
+// but B misses the merge view (and its digest) and installs the next,
+// regular view, which brings no digest. C's window resumes at the point B
+// closed it, never at 0: B delivers nothing again, learns from C's
+// MSG_NOT_FOUND what C's side purged meanwhile (reported lost once) and
+// fetches the rest, ending with A's record of C.
+func TestRegularViewAfterMissedMergeView(t *testing.T) {
+	c := newCluster(t, nil, mA, mB, mC, mD)
+	c.deliver(c.send(mC, false, payloads("c", 1, 5)...), nil)
+	c.run(c.now+10*time.Millisecond, nil)
+	side := func(m digest.Member) int {
+		if m == mA || m == mB {
+			return 0
+		}
+		return 1
+	}
+	split := func(d dgram, to digest.Member) bool { return side(d.from) != side(to) }
+	vAB := View{ID: digest.ViewID{Coord: mA, Counter: 2}, Members: []digest.Member{mA, mB}}
+	vCD := View{ID: digest.ViewID{Coord: mC, Counter: 2}, Members: []digest.Member{mC, mD}}
+	for _, v := range []View{vAB, vCD} {
+		for _, m := range v.Members {
+			c.p(m).InstallView(v, digest.Digest{}, c.now)
+		}
+		for _, m := range v.Members {
+			for _, g := range c.order {
+				if side(g) != side(m) {
+					h, _ := c.p(m).HighestReceived(g)
+					require.NoError(t, c.p(m).CompleteCut(g, h, c.now))
+				}
+			}
+		}
+	}
+	c.run(c.now+100*time.Millisecond, split)
+	for _, m := range c.order {
+		for _, g := range c.order {
+			if side(g) != side(m) {
+				_, err := c.p(m).CloseWindow(g)
+				require.NoError(t, err)
+			}
+		}
+	}
+	c.send(mC, false, payloads("c", 6, 20)...)
+	c.run(c.now+100*time.Millisecond, split)
+	for _, m := range []digest.Member{mC, mD} {
+		_, err := c.p(m).ForcePurge(mC, 12)
+		require.NoError(t, err)
+	}
+	md := digest.NewMutable([]digest.Member{mA, mB, mC, mD})
+	md.MergeDigest(c.p(mA).Digest())
+	md.MergeDigest(c.p(mC).Digest())
+	d, err := md.Complete()
+	require.NoError(t, err)
+	v3 := View{ID: digest.ViewID{Coord: mA, Counter: 3}, Members: []digest.Member{mA, mB, mC, mD}}
+	for _, m := range []digest.Member{mA, mC, mD} {
+		c.p(m).InstallMergeView(v3, d, c.now)
+	}
+	v4 := View{ID: digest.ViewID{Coord: mA, Counter: 4}, Members: v3.Members}
+	for _, m := range c.order {
+		c.p(m).InstallView(v4, digest.Digest{}, c.now)
+	}
+	e, ok := c.p(mB).WindowState(mC)
+	require.True(t, ok)
+	require.Equal(t, uint64(5), e.Delivered, "resumes at the closed point, never at 0")
+	c.run(c.now+time.Second, nil)
+	for _, m := range []digest.Member{mA, mB} {
+		require.Equal(t, cat(span(1, 5), span(13, 20)), c.rec(m).seqs(mC), "member %v: nothing delivered twice", m)
+		require.Equal(t, []lostEvent{{mC, 6, 12}}, c.rec(m).lostOf(mC), "member %v", m)
+	}
+}
