@@ -5,15 +5,15 @@ package sim
 // ReplaySeed returns -sim.seed (-1: none).
 func ReplaySeed() int64 { return *flagSeed }
 
-// WholeGroupSeeds is how many whole-group randomised seeds to run: 120, 12
+// WholeGroupSeeds is how many whole-group randomised seeds to run: 300, 30
 // under -race, -sim.seeds when set.
 func WholeGroupSeeds() int {
 	switch {
 	case *flagSeeds > 0:
 		return *flagSeeds
 	case raceEnabled:
-		return 12
+		return 30
 	default:
-		return 120
+		return 300
 	}
 }

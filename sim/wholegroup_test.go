@@ -26,7 +26,7 @@ const (
 	fSplit                   // a partition long enough for each side to exclude the other; merged after the heal
 	fBlip                    // a partition too short for any exclusion
 	fState                   // a member fetches the application state
-	fPurge                   // a sender purges its own window past what others delivered (MSG_NOT_FOUND)
+	fPurge                   // a sender's multicast misses some members for a while, then it purges its own window (MSG_NOT_FOUND)
 	fStall                   // a member's datagrams of a few ms are held in the network, about as long as its cut takes, and it crashes
 	faultKinds
 )
@@ -45,6 +45,8 @@ type fault struct {
 func (f fault) String() string {
 	s := fmt.Sprintf("%s of %d at %v", faultNames[f.kind], f.node, f.at)
 	switch f.kind {
+	case fPurge:
+		s = fmt.Sprintf("%s of %d at %v, its multicast to %v lost for %v before", faultNames[f.kind], f.node, f.at, f.side, f.dur)
 	case fSplit, fBlip:
 		s = fmt.Sprintf("%s of %v at %v for %v", faultNames[f.kind], f.side, f.at, f.dur)
 	case fStall:
@@ -149,8 +151,17 @@ func newWGScenario(seed uint64) wgScenario {
 			}
 		case fRejoin, fState:
 			f.node = ids[r.IntN(len(ids))]
+			if s := sc.senders[r.IntN(len(sc.senders))]; f.kind == fState && alive[s] && r.IntN(2) == 0 {
+				f.node = s // a sender ahead of its provider re-delivers its own messages
+			}
 		case fPurge:
 			f.node = sc.senders[r.IntN(len(sc.senders))]
+			f.dur = time.Duration(10+r.IntN(200)) * time.Millisecond
+			for _, id := range ids {
+				if id != f.node && r.IntN(2) == 0 {
+					f.side = append(f.side, id)
+				}
+			}
 		case fJoin:
 			f.node = next
 			alive[next] = true
@@ -294,7 +305,16 @@ func scheduleFault(c *members.Cluster, t0 time.Duration, f fault) error {
 	case fState:
 		c.Do(at, n, func(now time.Duration) { _ = n.GMS.RequestState(now) })
 	case fPurge:
-		c.Do(at, n, func(time.Duration) {
+		block := func(what sim.Blocked) func(time.Duration) {
+			return func(time.Duration) {
+				for _, id := range f.side {
+					_ = c.Sim.Block(n.Member(), c.Node(id).Member(), what)
+				}
+			}
+		}
+		c.Sim.Schedule(at, block(sim.BlockMulticast))
+		c.Sim.Schedule(at+f.dur, block(0))
+		c.Do(at+f.dur, n, func(time.Duration) {
 			if inc := n.Cur(); inc != nil {
 				if e, ok := inc.P.WindowState(inc.Member); ok {
 					_, _ = inc.P.ForcePurge(inc.Member, e.Delivered)
