@@ -155,8 +155,11 @@
 // partition's senders resume where their windows were closed after the cut,
 // and only what the other side purged is reported lost); a cut still open
 // for a member the merge view brings back is dropped, never closed under a
-// live sender. Captures are released when every member has acknowledged, or
-// on timeout; a coordinator that leaves or is excluded during a merge
+// live sender. Captures are released when every member has acknowledged
+// (the leader's MERGE_DONE; if it is lost, another coordinator that
+// installed the merge view releases its capture once the leader's
+// heartbeat, which names the merge it leads while it lasts, shows it
+// over), or on timeout; a coordinator that leaves or is excluded during a merge
 // tells the other side at once (the leader cancels, another coordinator
 // refuses), so that nobody holds a capture for a merge that cannot
 // complete.

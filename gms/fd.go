@@ -114,6 +114,9 @@ func (g *GMS) tickFD(now time.Duration) {
 		hb := &msg{typ: typeHeartbeat, view: g.view.ID}
 		if g.IsCoordinator() {
 			hb.kind = 1
+			if g.merge != nil {
+				hb.id = g.merge.id // the merge we lead, until it ends
+			}
 		}
 		hb.withAddr(g.cfg.Addr)
 		g.multicast(hb)
@@ -316,6 +319,15 @@ func (g *GMS) takeOver(excl []digest.Member, now time.Duration) {
 }
 
 func (g *GMS) onHeartbeat(m *msg, now time.Duration) {
+	if h := g.hold; h != nil && m.kind == 1 && m.sender == h.leader.Member && !h.view.IsZero() &&
+		m.view.Counter >= h.view.Counter && m.id != h.id {
+		// The leader installed the merge view we took (and we did) and
+		// leads no merge any more: its MERGE_DONE was lost. Stop holding
+		// stability for it.
+		g.proto.ReleaseCapture(h.capID, now)
+		g.hold = nil
+		g.tryViewChange(now)
+	}
 	if g.view.Contains(m.sender) {
 		g.maxCounter = max(g.maxCounter, m.view.Counter)
 		g.fd.named[m.sender] = m.view

@@ -269,6 +269,9 @@ func (g *GMS) installView(v View, joinDigest digest.Digest, now time.Duration) {
 // call: see Protocol.InstallMergeView).
 func (g *GMS) installMergeView(v View, d digest.Digest, now time.Duration) {
 	prev := g.view
+	if h := g.hold; h != nil && v.ID.Coord == h.leader.Member {
+		h.view = v.ID
+	}
 	g.setView(v, now)
 	g.recordView(v.ID, true)
 	g.proto.InstallMergeView(v, d, now)

@@ -33,6 +33,10 @@ type mergeHold struct {
 	capID    uint64
 	deadline time.Duration
 	rsp      []byte // our answer, sent again to a repeat of the request
+	// view is the merge view, once installed here: a heartbeat of the
+	// leader naming it (or a later view) and no merge under way ends the
+	// hold if MERGE_DONE was lost (onHeartbeat).
+	view digest.ViewID
 }
 
 // mergeCandidate is called when a coordinator hears another group's

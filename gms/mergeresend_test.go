@@ -66,3 +66,33 @@ func TestMergeRequestResent(t *testing.T) {
 		}
 	}
 }
+
+// TestLostMergeDoneReleasesHold: two founders merge, and every MERGE_DONE
+// the leader sends is lost. The other coordinator holds its capture (its
+// STABLE advertises the captured point, so stability stops) only until
+// the leader's heartbeat, naming the merge view it installed, shows no
+// merge under way any more: a few heartbeat intervals after the merge,
+// not until its own deadline of 2×MergeTimeout.
+func TestLostMergeDoneReleasesHold(t *testing.T) {
+	h := newHarness(t, 1, sim.NetConfig{Latency: 100 * time.Microsecond})
+	h.tweak = func(c *Config) { c.CreateGroup = true }
+	a, b := h.add(1), h.add(2)
+	h.drop = func(from, to digest.Member, d []byte) bool {
+		return len(d) > 2 && (wire.Type(d[2]) == typeDiscovery || wire.Type(d[2]) == typeMergeDone)
+	}
+	var held, released time.Duration = -1, -1
+	h.s.AddCheck(func(now time.Duration) error {
+		switch {
+		case held < 0 && b.g.hold != nil:
+			held = now
+		case held >= 0 && released < 0 && b.g.hold == nil:
+			released = now
+		}
+		return nil
+	})
+	h.join(0, a, b)
+	h.runUntil(func() bool { return released >= 0 && converged(a, b) && quiet(a, b) }, 10*time.Second, "merged, hold released")
+	cfg := b.g.cfg
+	require.Less(t, released-held, cfg.MergeTimeout/2, "held from %v to %v", held, released)
+	h.noErrors()
+}
