@@ -188,14 +188,7 @@ func TestCutRefixedWhenItsHolderGoes(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			h := newRHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
 			all := h.joinFour()
-			vs := make([]*realNode, 0, 4)
-			for _, p := range all[0].g.View().Members {
-				for _, n := range all {
-					if n.self() == p.Member {
-						vs = append(vs, n)
-					}
-				}
-			}
+			vs := byView(all[0].g.View(), all)
 			a, b, c, d := vs[0], vs[1], vs[2], vs[3]
 			dm := d.self()
 			r := rand.New(rand.NewPCG(seed, 41))

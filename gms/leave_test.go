@@ -128,14 +128,7 @@ func TestLeaverCutResumedByNewCoordinator(t *testing.T) {
 			net.SharedLoss = 0.05
 			h := newRHarness(t, seed, net)
 			all := h.joinFour()
-			vs := make([]*realNode, 0, 4)
-			for _, p := range all[0].g.View().Members {
-				for _, n := range all {
-					if n.self() == p.Member {
-						vs = append(vs, n)
-					}
-				}
-			}
+			vs := byView(all[0].g.View(), all)
 			r := rand.New(rand.NewPCG(seed, 37))
 			a, b, l := vs[0], vs[1], vs[2+r.IntN(2)]
 			lm := l.self()

@@ -27,8 +27,8 @@ func membershipMsg(b []byte) *msg {
 }
 
 // byView returns the node of every member of v, in view order.
-func byView(v View, all []*node) []*node {
-	var ns []*node
+func byView[N interface{ self() digest.Member }](v View, all []N) []N {
+	var ns []N
 	for _, p := range v.Members {
 		for _, n := range all {
 			if n.self() == p.Member {

@@ -233,13 +233,12 @@ func TestDepartedSenderOpsRefuseLiveMember(t *testing.T) {
 	require.True(t, ok)
 }
 
-// TestInstallMergeViewResumesAtClosedPoint: {A,B} | {C,D}. Each side cuts
-// and closes the other's windows; C keeps sending and its side purges part
-// of it. The merge view with its digest resumes C's window at the point A
-// and B closed it: what C's side purged is reported lost once, the rest is
-// fetched, nothing is delivered twice and no window starts at 0.
-func TestInstallMergeViewResumesAtClosedPoint(t *testing.T) {
-	c := newCluster(t, nil, mA, mB, mC, mD)
+// splitAndClose has C send 1..5 to everyone, then splits c's members
+// {A,B} | {C,D}: each side installs a view of its own, cuts the other
+// side's windows at the highest seqno it received and closes them. It
+// returns the drop rule of the partition.
+func splitAndClose(t *testing.T, c *cluster) func(d dgram, to digest.Member) bool {
+	t.Helper()
 	c.deliver(c.send(mC, false, payloads("c", 1, 5)...), nil)
 	c.run(c.now+10*time.Millisecond, nil)
 	side := func(m digest.Member) int {
@@ -251,11 +250,14 @@ func TestInstallMergeViewResumesAtClosedPoint(t *testing.T) {
 	split := func(d dgram, to digest.Member) bool { return side(d.from) != side(to) }
 	vAB := View{ID: digest.ViewID{Coord: mA, Counter: 2}, Members: []digest.Member{mA, mB}}
 	vCD := View{ID: digest.ViewID{Coord: mC, Counter: 2}, Members: []digest.Member{mC, mD}}
-	cutAndClose := func(v View, gone ...digest.Member) {
+	for _, v := range []View{vAB, vCD} {
 		for _, m := range v.Members {
 			c.p(m).InstallView(v, digest.Digest{}, c.now)
 		}
-		for _, g := range gone {
+		for _, g := range c.order {
+			if side(g) == side(v.Members[0]) {
+				continue
+			}
 			var cut uint64
 			for _, m := range v.Members {
 				h, _ := c.p(m).HighestReceived(g)
@@ -265,17 +267,25 @@ func TestInstallMergeViewResumesAtClosedPoint(t *testing.T) {
 				require.NoError(t, c.p(m).CompleteCut(g, cut, c.now))
 			}
 		}
-		c.run(c.now+100*time.Millisecond, split)
-		for _, m := range v.Members {
-			for _, g := range gone {
+	}
+	c.run(c.now+100*time.Millisecond, split)
+	for _, m := range c.order {
+		for _, g := range c.order {
+			if side(g) != side(m) {
 				_, err := c.p(m).CloseWindow(g)
 				require.NoError(t, err)
 			}
 		}
 	}
-	cutAndClose(vAB, mC, mD)
-	cutAndClose(vCD, mA, mB)
-	// During the partition C sends 6..20 (D gets them) and A sends 1..4.
+	return split
+}
+
+// mergeAfterSplit splits c's members (splitAndClose), has C send 6..20
+// (D gets them) and A send 1..4 during the partition, has C's side purge C
+// up to 12, and returns the merge view and its digest.
+func mergeAfterSplit(t *testing.T, c *cluster) (View, digest.Digest) {
+	t.Helper()
+	split := splitAndClose(t, c)
 	c.send(mC, false, payloads("c", 6, 20)...)
 	c.send(mA, false, payloads("a", 1, 4)...)
 	c.run(c.now+100*time.Millisecond, split)
@@ -288,7 +298,17 @@ func TestInstallMergeViewResumesAtClosedPoint(t *testing.T) {
 	md.MergeDigest(c.p(mC).Digest())
 	d, err := md.Complete()
 	require.NoError(t, err)
-	v3 := View{ID: digest.ViewID{Coord: mA, Counter: 3}, Members: []digest.Member{mA, mB, mC, mD}}
+	return View{ID: digest.ViewID{Coord: mA, Counter: 3}, Members: []digest.Member{mA, mB, mC, mD}}, d
+}
+
+// TestInstallMergeViewResumesAtClosedPoint: {A,B} | {C,D}. Each side cuts
+// and closes the other's windows; C keeps sending and its side purges part
+// of it. The merge view with its digest resumes C's window at the point A
+// and B closed it: what C's side purged is reported lost once, the rest is
+// fetched, nothing is delivered twice and no window starts at 0.
+func TestInstallMergeViewResumesAtClosedPoint(t *testing.T) {
+	c := newCluster(t, nil, mA, mB, mC, mD)
+	v3, d := mergeAfterSplit(t, c)
 	for _, m := range c.order {
 		c.p(m).InstallMergeView(v3, d, c.now)
 	}
@@ -498,51 +518,7 @@ func TestMergeViewBeforeCutClosedDropsItsLostRanges(t *testing.T) {
 // fetches the rest, ending with A's record of C.
 func TestRegularViewAfterMissedMergeView(t *testing.T) {
 	c := newCluster(t, nil, mA, mB, mC, mD)
-	c.deliver(c.send(mC, false, payloads("c", 1, 5)...), nil)
-	c.run(c.now+10*time.Millisecond, nil)
-	side := func(m digest.Member) int {
-		if m == mA || m == mB {
-			return 0
-		}
-		return 1
-	}
-	split := func(d dgram, to digest.Member) bool { return side(d.from) != side(to) }
-	vAB := View{ID: digest.ViewID{Coord: mA, Counter: 2}, Members: []digest.Member{mA, mB}}
-	vCD := View{ID: digest.ViewID{Coord: mC, Counter: 2}, Members: []digest.Member{mC, mD}}
-	for _, v := range []View{vAB, vCD} {
-		for _, m := range v.Members {
-			c.p(m).InstallView(v, digest.Digest{}, c.now)
-		}
-		for _, m := range v.Members {
-			for _, g := range c.order {
-				if side(g) != side(m) {
-					h, _ := c.p(m).HighestReceived(g)
-					require.NoError(t, c.p(m).CompleteCut(g, h, c.now))
-				}
-			}
-		}
-	}
-	c.run(c.now+100*time.Millisecond, split)
-	for _, m := range c.order {
-		for _, g := range c.order {
-			if side(g) != side(m) {
-				_, err := c.p(m).CloseWindow(g)
-				require.NoError(t, err)
-			}
-		}
-	}
-	c.send(mC, false, payloads("c", 6, 20)...)
-	c.run(c.now+100*time.Millisecond, split)
-	for _, m := range []digest.Member{mC, mD} {
-		_, err := c.p(m).ForcePurge(mC, 12)
-		require.NoError(t, err)
-	}
-	md := digest.NewMutable([]digest.Member{mA, mB, mC, mD})
-	md.MergeDigest(c.p(mA).Digest())
-	md.MergeDigest(c.p(mC).Digest())
-	d, err := md.Complete()
-	require.NoError(t, err)
-	v3 := View{ID: digest.ViewID{Coord: mA, Counter: 3}, Members: []digest.Member{mA, mB, mC, mD}}
+	v3, d := mergeAfterSplit(t, c)
 	for _, m := range []digest.Member{mA, mC, mD} {
 		c.p(m).InstallMergeView(v3, d, c.now)
 	}

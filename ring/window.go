@@ -345,18 +345,12 @@ func (w *Window[T]) MarkLost(from, to uint64) int {
 		return 0
 	}
 	marked := 0
-	total := to - from + 1
-	for n := uint64(0); n < total; {
-		idx := (from + n) & w.mask
-		s := w.span(idx, total-n)
-		wi := idx >> 6
-		m := wordMask(idx&63, s)
+	w.eachWord(from, to, func(wi, m uint64) {
 		if fresh := m &^ w.word(selSettled, wi); fresh != 0 {
 			w.lost[wi].Or(fresh) // release: SkipLost reads it
 			marked += popcount(fresh)
 		}
-		n += s
-	}
+	})
 	if to > w.received {
 		w.received = to
 	}
@@ -375,18 +369,26 @@ func (w *Window[T]) UnmarkLost(from, to uint64) int {
 		return 0
 	}
 	cleared := 0
+	w.eachWord(from, to, func(wi, m uint64) {
+		if m &= w.lost[wi].Load(); m != 0 {
+			w.lost[wi].And(^m)
+			cleared += popcount(m)
+		}
+	})
+	return cleared
+}
+
+// eachWord calls fn for every bitmap word the seqnos from..to (at most
+// the capacity apart) fall in, with the word's index and the mask of
+// their bits in it.
+func (w *Window[T]) eachWord(from, to uint64, fn func(wi, mask uint64)) {
 	total := to - from + 1
 	for n := uint64(0); n < total; {
 		idx := (from + n) & w.mask
 		s := w.span(idx, total-n)
-		wi := idx >> 6
-		if m := wordMask(idx&63, s) & w.lost[wi].Load(); m != 0 {
-			w.lost[wi].And(^m)
-			cleared += popcount(m)
-		}
+		fn(idx>>6, wordMask(idx&63, s))
 		n += s
 	}
-	return cleared
 }
 
 // consumerLimit returns how many seqnos after d the consumer may inspect:

@@ -143,27 +143,34 @@ func (s *Sim) Crash(m digest.Member) {
 	}
 }
 
-// SetLink overrides latency and jitter of the directed link from→to.
-func (s *Sim) SetLink(from, to digest.Member, l Link) error {
+// linkOf returns the key of the directed link from→to.
+func (s *Sim) linkOf(from, to digest.Member) (linkKey, error) {
 	fi, ok1 := s.byMember[from]
 	ti, ok2 := s.byMember[to]
 	if !ok1 || !ok2 {
-		return fmt.Errorf("sim: link %v->%v: unknown member", from, to)
+		return linkKey{}, fmt.Errorf("sim: link %v->%v: unknown member", from, to)
+	}
+	return linkKey{fi, ti}, nil
+}
+
+// SetLink overrides latency and jitter of the directed link from→to.
+func (s *Sim) SetLink(from, to digest.Member, l Link) error {
+	k, err := s.linkOf(from, to)
+	if err != nil {
+		return err
 	}
 	if s.links == nil {
 		s.links = make(map[linkKey]Link)
 	}
-	s.links[linkKey{fi, ti}] = l
+	s.links[k] = l
 	return nil
 }
 
 // ResetLink drops SetLink's override of the directed link from→to: it
 // takes NetConfig's latency and jitter again.
 func (s *Sim) ResetLink(from, to digest.Member) {
-	fi, ok1 := s.byMember[from]
-	ti, ok2 := s.byMember[to]
-	if ok1 && ok2 && s.links != nil {
-		delete(s.links, linkKey{fi, ti})
+	if k, err := s.linkOf(from, to); err == nil {
+		delete(s.links, k)
 	}
 }
 
@@ -172,19 +179,18 @@ func (s *Sim) ResetLink(from, to digest.Member) {
 // one-way outages, such as a member whose multicast does not reach the
 // others while it hears theirs.
 func (s *Sim) Block(from, to digest.Member, what Blocked) error {
-	fi, ok1 := s.byMember[from]
-	ti, ok2 := s.byMember[to]
-	if !ok1 || !ok2 {
-		return fmt.Errorf("sim: block %v->%v: unknown member", from, to)
+	k, err := s.linkOf(from, to)
+	if err != nil {
+		return err
 	}
 	if s.block == nil {
 		s.block = make(map[linkKey]Blocked)
 	}
 	if what == 0 {
-		delete(s.block, linkKey{fi, ti})
+		delete(s.block, k)
 		return nil
 	}
-	s.block[linkKey{fi, ti}] = what
+	s.block[k] = what
 	return nil
 }
 

@@ -60,6 +60,17 @@ func (p *pinger) Drain(send func(digest.Member, []byte)) {
 
 func member(i int) digest.Member { return digest.Member{ID: uint64(i), Inc: 1} }
 
+// count returns how many of p's counters came from from.
+func count(p *pinger, from digest.Member) int {
+	n := 0
+	for _, f := range p.froms {
+		if f == from {
+			n++
+		}
+	}
+	return n
+}
+
 func newPingers(t *testing.T, s *Sim, n int, limit uint64) []*pinger {
 	ps := make([]*pinger, n)
 	for i := range ps {
@@ -189,15 +200,6 @@ func TestPartitionDropsUntilHeal(t *testing.T) {
 	s.Partition(10*time.Millisecond-time.Nanosecond, 50*time.Millisecond-time.Nanosecond,
 		[]digest.Member{member(1), member(2)}, []digest.Member{member(3), member(4)})
 	require.NoError(t, s.RunUntil(time.Second))
-	count := func(p *pinger, from digest.Member) int {
-		n := 0
-		for _, f := range p.froms {
-			if f == from {
-				n++
-			}
-		}
-		return n
-	}
 	require.Equal(t, 100, count(ps[0], member(2)), "same side")
 	require.Equal(t, 100-40, count(ps[0], member(3)), "other side: counters 10..49 dropped")
 	require.Equal(t, 100-40, count(ps[3], member(1)))
@@ -304,15 +306,6 @@ func TestBlockOneWay(t *testing.T) {
 		require.NoError(t, s.Block(member(1), member(2), 0))
 	})
 	require.NoError(t, s.RunUntil(time.Second))
-	count := func(p *pinger, from digest.Member) int {
-		n := 0
-		for _, f := range p.froms {
-			if f == from {
-				n++
-			}
-		}
-		return n
-	}
 	require.Equal(t, 10, count(ps[1], member(1)), "1's counters 1..10 blocked to 2, then it flows")
 	require.Equal(t, 20, count(ps[0], member(2)), "the reverse direction flows")
 	require.Equal(t, 20, count(ps[2], member(1)), "other links flow")

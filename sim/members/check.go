@@ -273,20 +273,3 @@ func (c *Cluster) checkMalformed() error {
 	}
 	return err
 }
-
-func sortedMembers[V any](m map[digest.Member]V) []digest.Member {
-	ks := make([]digest.Member, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.SortFunc(ks, func(a, b digest.Member) int {
-		switch {
-		case a.Less(b):
-			return -1
-		case b.Less(a):
-			return 1
-		}
-		return 0
-	})
-	return ks
-}
