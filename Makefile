@@ -61,7 +61,8 @@ fuzz:
 generate:
 	$(GO) generate $(PKGS)
 
-# 10,000 simulator seeds (and the 1,000-receiver scale run).
+# 10,000 seeds of each randomised simulator test (the nakack group and the
+# whole-group one) and the 200- and 1,000-receiver scale runs.
 sim-long:
 	$(GO) test -count=1 -timeout 120m ./sim/ -sim.seeds=10000 -sim.scale=200,1000 -sim.scaleseeds=10
 

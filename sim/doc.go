@@ -1,6 +1,6 @@
 // Package sim is nakcast's deterministic simulator. It exists so that the
-// protocol state machines (nakack/ now, gms/ on top of it later) can be run
-// many at a time on a virtual clock over a virtual network that drops,
+// protocol state machines (nakack/, and gms/ over it: package sim/members)
+// can be run many at a time on a virtual clock over a virtual network that drops,
 // duplicates, reorders, delays and partitions datagrams, all decided by one
 // seed: a run is a pure function of its seed and configuration, so a failing
 // seed replays identically, event for event.
@@ -20,10 +20,11 @@
 //     Drain) and an adapter running a *nakack.Protocol as a Node
 //     (NakackNode), an application Recorder that checks per-sender FIFO
 //     exactly-once delivery against the Ledger of what was sent, and traffic
-//     generators (Traffic) that honour back-pressure by retrying later. A
-//     gms layer plugs in by implementing Node around its own state machine
-//     and a nakack.Protocol; Sim.Do, Crash, AddNode and Partition give it
-//     joins, crashes and partitions.
+//     generators (Traffic) that honour back-pressure by retrying later.
+//     Whole members (gms over nakack) are Nodes of package sim/members,
+//     which imports gms (gms's own tests import sim, so sim must not);
+//     Sim.Do, Crash, AddNode, Partition, Block (one-way outages) and
+//     SetLink give them joins, crashes, partitions and delays.
 //   - Group, a whole nakack group on one Sim with its end invariants
 //     (RunToQuiescence: everything delivered or reported lost, rings
 //     drained, no retransmission traffic once settled, no sender left
