@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"net/netip"
 	"os"
@@ -59,26 +58,20 @@ type agent struct {
 	pendI     int
 	pendN     int
 	unflushed bool
-	// drainSeq and drainBundles are lastSeq and the protocol's Bundles
+	// drainSeq and drainBundles are the protocol's NextSeq and Bundles
 	// when drainSend last ended (see streaming).
 	drainSeq, drainBundles uint64
 	closeSeen              bool          // an iteration has observed Close
-	lagCheckAt             time.Duration // next backlog measurement
+	lagCheckAt             time.Duration // next housekeeping (routes, address probes)
 	lastTraffic            time.Duration // last iteration that received, sent or delivered
 	lagging                bool          // an EventLagging episode is open
-	protoFull              bool          // the protocol refused the last Send (retention window full)
+	protoFull              bool          // the protocol refused the last Send (retention window full, or flow control)
 	// fullLow and fullRecv are the protocol's SendLimit and GroupReceived when
 	// it last refused (or flow control held): with ThreadingDedicated the
 	// receiver goroutine wakes the sender only once one of them moved.
 	fullLow, fullRecv uint64
 	lingerUntil       time.Duration // drained: exit at this time
 	bundleAt          time.Duration // when the open bundle got its first message
-	cum               []uint64      // cumulative payload bytes sent, by own seqno & cumMask
-	cumMask           uint64
-	sentBytes         uint64  // payload bytes handed to the protocol
-	lastSeq           uint64  // highest own seqno
-	tokens            float64 // rate limit bucket, bytes
-	tokensAt          time.Duration
 
 	// membership (dynamic membership only)
 	started   atomic.Bool // the goroutine was started
@@ -165,28 +158,16 @@ func (a *agent) init(m *Member) {
 	a.pushH = deliverer{m: m, h: m.cfg.Handler}
 	a.pullH = deliverer{m: m}
 	a.drop = deliverer{m: m}
-	a.tokens = float64(m.cfg.BundleBytes)
-	a.cum = make([]uint64, 2*m.cfg.Window)
-	a.cumMask = uint64(2*m.cfg.Window - 1)
 }
 
 // newIncarnation resets the per-incarnation send accounting: the new
 // protocol's seqnos restart at 1. Messages handed to the old protocol and
 // not flushed went with it.
 func (a *agent) newIncarnation(self digest.Member) {
-	a.sentBytes, a.lastSeq = 0, 0
+	a.drainSeq = 0
 	a.protoFull, a.unflushed = false, false
 	a.left = false
 	a.routes.setSelf(self, a.m.tr.LocalAddr())
-}
-
-// inFlight returns the payload bytes this member sent that are not stable
-// yet (low is its own window's purge point).
-func (a *agent) inFlight(low uint64) uint64 {
-	if low == 0 {
-		return a.sentBytes
-	}
-	return a.sentBytes - a.cum[low&a.cumMask]
 }
 
 // fill makes sure every read slot holds a buffer. It reports false when the
@@ -529,8 +510,9 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	}
 
 	if now >= a.lagCheckAt {
-		a.checkLag(now)
+		a.housekeep(now)
 	}
+	a.noteLag(p)
 	deadline = min(p.NextDeadline(), a.lagCheckAt)
 	if g != nil {
 		deadline = min(deadline, g.NextDeadline())
@@ -552,7 +534,7 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 		switch {
 		case a.leaveSent:
 			finished = a.left
-		case a.allStable():
+		case p.Drained():
 			m.drained.Store(true)
 			a.leaveSent = true
 			if err := g.Leave(now); err != nil {
@@ -566,7 +548,7 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 		switch {
 		case a.lingerUntil > 0:
 			finished = now >= a.lingerUntil
-		case a.allStable():
+		case p.Drained():
 			// Everything known is stable. Stay a few stability rounds
 			// longer so that a member that missed the last STABILITY (or
 			// a repair) gets another: with static membership there is no
@@ -639,12 +621,12 @@ func (a *agent) receiveOne(i int, now time.Duration) {
 	b.Release()
 }
 
-// drainSend hands polled messages to the protocol until it back-pressures
+// drainSend hands polled messages to the protocol until it holds them back
 // or the ring is empty, then flushes the open bundle if the ring is idle.
-// Messages go across in runs (nakack.SendBatch): the longest prefix of the
-// polled slots that the rate limit and the in-flight limit let through, cut
-// at an aborted claim; per message only the copy into the bundle, the
-// in-flight accounting and the slot's release remain.
+// Messages go across in runs (nakack.SendBatch): the polled slots up to an
+// aborted claim, of which the protocol takes what its window, flow
+// control and rate limit let go; per message only the copy into the
+// bundle and the slot's release remain.
 func (a *agent) drainSend(now time.Duration) int {
 	m := a.m
 	p := m.proto
@@ -652,11 +634,6 @@ func (a *agent) drainSend(now time.Duration) int {
 	a.sending = false
 	if m.g != nil && m.g.Status() != gms.StatusMember {
 		return 0 // leaving: nothing more goes out
-	}
-	var low uint64
-	lim := uint64(m.cfg.InFlightBytes)
-	if lim > 0 {
-		low = p.GroupReceived() // what every member has read; >= own Low, <= lastSeq
 	}
 	for {
 		if a.pendI == a.pendN {
@@ -672,60 +649,17 @@ func (a *agent) drainSend(now time.Duration) int {
 			a.pendI++
 			continue
 		}
-		// The run: the polled payloads up to an aborted claim, the rate
-		// limit or flow control, handed to the protocol as they are.
 		run := a.pend[a.pendI:a.pendN]
-		var bytes, f uint64
-		if lim > 0 {
-			f = a.inFlight(low)
-		}
-		held := false // the rate limit or flow control ends the run
-		k := 0
-		if lim == 0 && m.cfg.RateLimit == 0 {
-			for k < len(run) && !isAborted(run[k]) {
-				k++
-			}
-		} else {
-			// Flow control lets room bytes more go; the first message
-			// always goes when nothing is in flight.
-			room := uint64(math.MaxUint64)
-			if lim > 0 {
-				room = lim - min(f, lim)
-			}
-			rate := m.cfg.RateLimit > 0
-			for ; k < len(run); k++ {
-				pl := run[k]
-				if isAborted(pl) {
-					break
-				}
-				n := uint64(len(pl))
-				if bytes+n > room && f+bytes > 0 {
-					// Flow control: wait for the receivers to read.
-					if !a.protoFull {
-						m.ctr.flowControlWaits.Add(1)
-						a.protoFull = true
-					}
-					a.noteFull()
-					held = true
-					break
-				}
-				if rate && !a.takeTokens(int(n), now) {
-					held = true
-					break
-				}
-				bytes += n
-			}
+		k := 1
+		for k < len(run) && !isAborted(run[k]) {
+			k++
 		}
 		pls := run[:k]
-		if len(pls) == 0 {
-			return work + a.flushHeld(now)
-		}
 		_, n, err := p.SendBatch(pls, now)
 		if err != nil && !errors.Is(err, nakack.ErrBackPressure) {
 			// The first message is refused for good: drop it.
 			m.ctr.sendErrors.Add(1)
 			m.log.rateLimited("send", err)
-			a.giveTokens(pls)
 			m.q.release(pls[0])
 			pls[0] = nil
 			a.pendI++
@@ -734,30 +668,16 @@ func (a *agent) drainSend(now time.Duration) int {
 		a.noteSent(pls[:n], true, now)
 		a.pendI += n
 		work += n
-		if n < len(pls) {
-			// The protocol's retention window is full (or no buffer):
-			// retry once stability purges, after a datagram or a timer,
-			// not in a busy loop.
-			a.giveTokens(pls[n:])
-			if !a.protoFull {
-				m.ctr.protocolBackPressure.Add(1)
-				a.protoFull = true
-			}
-			a.noteFull()
-			return work + a.flushHeld(now)
-		}
-		if held {
+		if n < len(pls) && a.holdBack(p.Held()) {
 			return work + a.flushHeld(now)
 		}
 		if len(p.Outbox()) >= a.burst {
 			// A write batch's worth of datagrams: write them before
 			// bundling more (the ring is not idle, so the open bundle
-			// stays open). Without this bound one iteration bundled
-			// what the producers kept adding, up to a whole retention
-			// window, before writing any of it or delivering the
-			// member's own messages: on a veth bridge an iteration took
-			// 5-20 ms, and stability, which waits for the sender's own
-			// deliveries, stalled the window every 20 ms.
+			// stays open). One iteration must not bundle what producers
+			// keep adding, up to a whole retention window, before it
+			// writes any of it or delivers the member's own messages
+			// (which stability waits for).
 			return work
 		}
 	}
@@ -768,8 +688,31 @@ func (a *agent) drainSend(now time.Duration) int {
 		}
 		work++ // a held bundle is flushed by the next iteration
 	}
-	a.drainSeq, a.drainBundles = a.lastSeq, p.Bundles()
+	a.drainSeq, a.drainBundles = p.NextSeq(), p.Bundles()
 	return work
+}
+
+// holdBack records why the protocol took less than it was given and reports
+// whether sending stops for now: the retention window is full (or no pool
+// buffer: retry after a purge or a release) or flow control holds (retry
+// after the next STABILITY), counted once per episode, or the rate limit
+// holds (retry a little later). nil: it stopped before a fragmented
+// payload, which the next SendBatch takes.
+func (a *agent) holdBack(why error) bool {
+	m := a.m
+	switch {
+	case why == nil:
+		return false
+	case errors.Is(why, nakack.ErrRateLimit):
+		return true
+	case !a.protoFull && errors.Is(why, nakack.ErrFlowControl):
+		m.ctr.flowControlWaits.Add(1)
+	case !a.protoFull:
+		m.ctr.protocolBackPressure.Add(1)
+	}
+	a.protoFull = true
+	a.noteFull()
+	return true
 }
 
 // streaming reports whether an invoked member's application is streaming:
@@ -791,50 +734,34 @@ func (a *agent) drainSend(now time.Duration) int {
 // either fills it, holds it again because a datagram's worth more came
 // (the application is still sending), or flushes it.
 func (a *agent) streaming() bool {
-	return a.m.invoked() && a.lastSeq != a.drainSeq && a.m.proto.Bundles() != a.drainBundles
+	p := a.m.proto
+	return a.m.invoked() && p.NextSeq() != a.drainSeq && p.Bundles() != a.drainBundles
 }
 
 // sendDirect is TrySendBatch with ThreadingInvoked when the calling
 // goroutine could take the agent (owner) and nothing waits in the
 // publication ring: the payloads go straight into the protocol's open
 // bundle, one copy, with no ring slot and no hand-over to the goroutine
-// that runs DoWork next (the same one, usually). The agent and the
-// protocol lock are taken once a batch; for one message (TrySend) that
-// costs more than the ring's claim and publication, which TrySend keeps.
-// It takes the longest prefix that flow control and the protocol accept
-// and returns its length; the caller queues the rest in the ring, which
-// DoWork drains. A rate limit, a full write batch (DoWork has not written
-// for a while) or a member not in a view leave it all to the ring. The
-// clock is the last iteration's (the protocol uses it for its idle
-// announcements and the bundle's age), not read again per batch. Called
-// with the agent owned and m.mu held.
+// that runs DoWork next (the same one, usually). For one message (TrySend)
+// taking the agent costs more than the ring's claim and publication, which
+// TrySend keeps. It takes the longest prefix that the protocol accepts
+// (its window, flow control, the rate limit) and returns its length; the
+// caller queues the rest in the ring, which DoWork drains. A full write
+// batch (DoWork has not written for a while) or a member not in a view
+// leave it all to the ring. The clock is the last iteration's (the
+// protocol uses it for its idle announcements, the bundle's age and the
+// rate limit), not read again per batch. Called with the agent owned.
 func (a *agent) sendDirect(pls [][]byte) int {
 	m := a.m
 	p := m.proto
-	if p == nil || m.cfg.RateLimit > 0 || a.pendI != a.pendN || m.q.pub.Len() != 0 || len(p.Outbox()) >= a.burst {
+	if p == nil || a.pendI != a.pendN || m.q.pub.Len() != 0 || len(p.Outbox()) >= a.burst {
 		return 0
 	}
 	if m.g != nil && m.g.Status() != gms.StatusMember {
 		return 0
 	}
-	k := len(pls)
-	if lim := uint64(m.cfg.InFlightBytes); lim > 0 {
-		f := a.inFlight(p.GroupReceived())
-		room := lim - min(f, lim)
-		var bytes uint64
-		for k = 0; k < len(pls); k++ {
-			n := uint64(len(pls[k]))
-			if bytes+n > room && f+bytes > 0 {
-				break
-			}
-			bytes += n
-		}
-		if k == 0 {
-			return 0
-		}
-	}
 	now := a.lastNow
-	_, n, err := p.SendBatch(pls[:k], now)
+	_, n, err := p.SendBatch(pls, now)
 	if err != nil && !errors.Is(err, nakack.ErrBackPressure) {
 		return 0 // the ring's path counts and drops it
 	}
@@ -842,31 +769,21 @@ func (a *agent) sendDirect(pls [][]byte) int {
 	return n
 }
 
-// noteSent records pls as taken by the protocol: their cumulative bytes by
-// own seqno (a fragmented message's for each of its fragments), which
-// flow control subtracts from; the open bundle's start; that this member
-// is sending. ring says pls are the publication ring's payloads, whose
-// out-of-line buffers go back to their free lists now that the protocol
-// has copied them (sendDirect's are the caller's).
+// noteSent records pls as taken by the protocol: the open bundle's start,
+// that this member is sending. ring says pls are the publication ring's
+// payloads, whose out-of-line buffers go back to their free lists now that
+// the protocol has copied them (sendDirect's are the caller's).
 func (a *agent) noteSent(pls [][]byte, ring bool, now time.Duration) {
 	if len(pls) == 0 {
 		return
 	}
-	q := a.m.q
-	sent, last, cum, cmask := a.sentBytes, a.lastSeq, a.cum, a.cumMask
-	for j, pl := range pls {
-		sent += uint64(len(pl))
-		last++
-		cum[last&cmask] = sent
-		if ring && q.isBig(pl) {
-			q.release(pl)
-			pls[j] = nil
+	if q := a.m.q; ring {
+		for j, pl := range pls {
+			if q.isBig(pl) {
+				q.release(pl)
+				pls[j] = nil
+			}
 		}
-	}
-	a.sentBytes, a.lastSeq = sent, last
-	for last := a.m.proto.NextSeq() - 1; a.lastSeq < last; { // fragments
-		a.lastSeq++
-		a.cum[a.lastSeq&a.cumMask] = a.sentBytes
 	}
 	a.sending = true
 	a.protoFull = false
@@ -880,17 +797,6 @@ func (a *agent) noteSent(pls [][]byte, ring bool, now time.Duration) {
 func (a *agent) noteFull() {
 	p := a.m.proto
 	a.fullLow, a.fullRecv = p.SendLimit(), p.GroupReceived()
-}
-
-// giveTokens returns the rate-limit tokens taken for messages the protocol
-// did not accept.
-func (a *agent) giveTokens(pls [][]byte) {
-	if a.m.cfg.RateLimit == 0 {
-		return
-	}
-	for _, pl := range pls {
-		a.tokens += float64(len(pl))
-	}
 }
 
 // flushHeld flushes the open bundle when the agent stops handing messages
@@ -907,19 +813,6 @@ func (a *agent) flushHeld(now time.Duration) int {
 	a.m.proto.Flush(now)
 	a.unflushed = false
 	return 1
-}
-
-// takeTokens is a token bucket over payload bytes with a burst of one
-// bundle.
-func (a *agent) takeTokens(n int, now time.Duration) bool {
-	rate := float64(a.m.cfg.RateLimit)
-	a.tokens = min(a.tokens+rate*(now-a.tokensAt).Seconds(), max(float64(a.m.cfg.BundleBytes), float64(n)))
-	a.tokensAt = now
-	if a.tokens < float64(n) {
-		return false
-	}
-	a.tokens -= float64(n)
-	return true
 }
 
 // queue adds one outgoing datagram to the write batch, resolving a unicast
@@ -1158,57 +1051,40 @@ const (
 	idleTick  = 10 * time.Millisecond
 )
 
-// lagCheckInterval is how often the agent measures the delivery backlog.
+// lagCheckInterval is how often the protocol measures the delivery
+// backlog (nakack Config.LagInterval) and the agent does its housekeeping
+// (housekeep).
 const lagCheckInterval = 100 * time.Millisecond
 
-// checkLag measures the largest backlog (received, not delivered) over the
-// senders and reports this member as lagging (EventLagging, once per
-// episode) when it exceeds half the window: the application is not
-// consuming, and stability, so every sender, will soon wait for it.
-func (a *agent) checkLag(now time.Duration) {
+// housekeep forgets departed members' routes (dynamic membership) or asks
+// unbound static members for their address.
+func (a *agent) housekeep(now time.Duration) {
 	a.lagCheckAt = now + lagCheckInterval
-	m := a.m
-	if m.g != nil {
+	if a.m.g != nil {
 		a.pruneRoutes()
 	} else {
 		a.probeGroup()
 	}
-	var worst uint64
-	p := m.proto
-	self := p.Self()
-	for _, mem := range p.View().Members {
-		if e, ok := p.WindowState(mem); ok && mem != self && e.Received > e.Delivered {
-			worst = max(worst, e.Received-e.Delivered)
-		}
-	}
-	m.ctr.backlog.Store(worst)
-	switch w := uint64(m.cfg.Window); {
-	case !a.lagging && worst > w/2:
-		a.lagging = true
+}
+
+// noteLag follows the protocol's lag measurement (nakack Backlog,
+// Lagging): the backlog for Stats, and an EventLagging when an episode
+// opens: the application is not consuming, and stability, so every
+// sender, will soon wait for it.
+func (a *agent) noteLag(p *nakack.Protocol) {
+	m := a.m
+	m.ctr.backlog.Store(p.Backlog())
+	lagging := p.Lagging()
+	if lagging && !a.lagging {
 		m.ctr.laggingEpisodes.Add(1)
-		m.events.push(Event{Kind: EventLagging, Sender: self, From: worst})
-		m.log.l.Warn("application is not consuming: delivery backlog above half the window", "backlog", worst, "window", w)
-	case a.lagging && worst < w/4:
-		a.lagging = false
+		m.events.push(Event{Kind: EventLagging, Sender: p.Self(), From: p.Backlog()})
 	}
+	a.lagging = lagging
 }
 
 // closeLingerRounds is how many stability intervals a drained member keeps
 // participating before Close returns.
 const closeLingerRounds = 3
-
-// allStable reports whether every message this member sent or received, of
-// every member of the view, has been purged as stable (delivered by every
-// member): then leaving takes nothing from anybody.
-func (a *agent) allStable() bool {
-	p := a.m.proto
-	for _, mem := range p.View().Members {
-		if e, ok := p.WindowState(mem); ok && e.Low < e.Received {
-			return false
-		}
-	}
-	return true
-}
 
 func (a *agent) cleanup() {
 	for _, h := range a.held {

@@ -73,6 +73,10 @@ func (m *Member) newNakack(self digest.Member, stableIval time.Duration) (*nakac
 		Seed:           cfg.LossSeed ^ self.ID ^ uint64(self.Inc)<<32,
 		Logger:         cfg.Logger,
 		RepairBurst:    repairBurst(cfg, m.protoDatagram()),
+		InFlightBytes:  max(cfg.InFlightBytes, 0), // -1: no limit
+		RateLimit:      cfg.RateLimit,
+		LagInterval:    lagCheckInterval,
+		LagThreshold:   cfg.Window / 2,
 		// With a key every datagram's tag proves its sender (a member:
 		// whoever holds the group key is one), so a MSG_NOT_FOUND is acted
 		// on without the open mode's challenge round trip.

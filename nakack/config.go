@@ -139,6 +139,29 @@ type Config struct {
 	// Default NakJitter; negative: repair at once.
 	RepairJitter time.Duration
 
+	// InFlightBytes is flow control: the most payload bytes of this
+	// member's own messages that may be in flight, sent but not yet read
+	// by every member of the view (GroupReceived: their STABLE reports,
+	// folded into STABILITY). Send and SendBatch hold further messages
+	// back (ErrFlowControl) until a STABILITY shows the members read more;
+	// the first message always goes when nothing is in flight. Default 0:
+	// none (SendLimit still bounds what is unstable).
+	InFlightBytes int
+	// RateLimit caps the payload bytes a second this member sends (a
+	// token bucket on the protocol's clock with a burst of MaxDatagram
+	// bytes, or of one larger message; ErrRateLimit). Default 0: none.
+	RateLimit int64
+	// LagInterval is how often the delivery backlog is measured (Backlog:
+	// the most messages of one other sender received and not delivered);
+	// above LagThreshold the member is lagging (Lagging, one
+	// Stats.LaggingEpisodes and one WARN per episode) until the backlog
+	// falls below half of it. The application is not consuming, and
+	// stability, so every sender, will soon wait for it. LagInterval 0
+	// (the default) measures nothing; LagThreshold defaults to
+	// SendWindow/2.
+	LagInterval  time.Duration
+	LagThreshold int
+
 	// StableInterval is the period of STABLE digests. Default 200ms.
 	StableInterval time.Duration
 	// StableBytes sends a STABLE early once this many data bytes were
@@ -229,6 +252,7 @@ func (c *Config) setDefaults() error {
 	defd(&c.StableInterval, 200*time.Millisecond)
 	defd(&c.HighestInterval, 20*time.Millisecond)
 	defd(&c.HighestMaxInterval, 2*time.Second)
+	def(&c.LagThreshold, c.SendWindow/2)
 	for _, v := range []*time.Duration{&c.NakDelay, &c.NakJitter, &c.RepairLinger, &c.RepairJitter} {
 		*v = max(*v, 0) // negative: explicitly none
 	}
@@ -237,6 +261,28 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	if err := c.securityDefaults(); err != nil {
+		return err
+	}
+	fragPayload := wire.MaxFragPayload(c.MaxDatagram)
+	if c.MaxMessage < 1 || int64(c.MaxMessage) > 1<<31 {
+		return bad("MaxMessage", "%d not in [1, 2^31]", c.MaxMessage)
+	}
+	if nfrag := (c.MaxMessage + fragPayload - 1) / fragPayload; nfrag > c.SendWindow {
+		return bad("MaxMessage", "%d needs %d fragments of %d bytes, more than SendWindow %d",
+			c.MaxMessage, nfrag, fragPayload, c.SendWindow)
+	}
+	return nil
+}
+
+// check validates the sizes and intervals once their defaults are set.
+func (c *Config) check() error {
+	bad := func(field string, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrBadConfig, field, fmt.Sprintf(format, args...))
 	}
 	pow2 := func(v int) bool { return v > 0 && v&(v-1) == 0 }
 	switch {
@@ -256,17 +302,8 @@ func (c *Config) setDefaults() error {
 		return bad("RepairInterval/StableInterval", "must be positive")
 	case c.HighestInterval <= 0 || c.HighestMaxInterval < c.HighestInterval:
 		return bad("HighestInterval/HighestMaxInterval", "need 0 < interval <= max")
-	}
-	if err := c.securityDefaults(); err != nil {
-		return err
-	}
-	fragPayload := wire.MaxFragPayload(c.MaxDatagram)
-	if c.MaxMessage < 1 || int64(c.MaxMessage) > 1<<31 {
-		return bad("MaxMessage", "%d not in [1, 2^31]", c.MaxMessage)
-	}
-	if nfrag := (c.MaxMessage + fragPayload - 1) / fragPayload; nfrag > c.SendWindow {
-		return bad("MaxMessage", "%d needs %d fragments of %d bytes, more than SendWindow %d",
-			c.MaxMessage, nfrag, fragPayload, c.SendWindow)
+	case c.InFlightBytes < 0 || c.RateLimit < 0 || c.LagInterval < 0 || c.LagThreshold < 1:
+		return bad("InFlightBytes/RateLimit/LagInterval/LagThreshold", "need InFlightBytes, RateLimit, LagInterval >= 0, LagThreshold >= 1")
 	}
 	return nil
 }
@@ -391,7 +428,9 @@ type Stats struct {
 	Old                 uint64 // messages at or below delivered (or lost)
 	Pending             uint64 // datagrams queued from senders without a window
 	PendingInserted     uint64 // of which later inserted
-	BackPressure        uint64 // Send calls refused
+	BackPressure        uint64 // Send calls refused: SendLimit or no buffer
+	FlowControlWaits    uint64 // times flow control began holding messages back (InFlightBytes)
+	LaggingEpisodes     uint64 // times the delivery backlog rose above LagThreshold
 	LostRanges          uint64 // lost-range events reported
 	LostMessages        uint64 // seqnos in them
 	StableSent          uint64

@@ -44,6 +44,20 @@
 // than one bundle are split into fragments, each with its own seqno, all
 // claimed in one step.
 //
+// Beyond SendLimit, Send and SendBatch apply flow control and a rate limit
+// on the protocol's clock (flow.go): with Config.InFlightBytes, at most
+// that many payload bytes of own messages are in flight above
+// GroupReceived (what every member reported read), so a sender does not
+// overrun its receivers' socket buffers; with Config.RateLimit, a token
+// bucket paces the payload bytes. Either returns an error wrapping
+// ErrBackPressure (ErrFlowControl, ErrRateLimit) and claims nothing; Held
+// tells a driver why SendBatch took only a prefix. With
+// Config.LagInterval the delivery backlog is measured (Backlog, Lagging:
+// an application that stops consuming holds stability, so every sender,
+// back), and Drained tells a closing member when everything it sent or
+// received is stable, so that it can leave without taking anything from
+// anybody (lag.go).
+//
 // Retransmission requests (XMIT_REQ, ranges) are served only for a member of
 // the view (or a departed member whose window is still open); one from
 // anyone else is dropped and counted (Drops.Stranger) and suppresses

@@ -318,6 +318,10 @@ type Protocol struct {
 	freeRefs []*dref
 	pscr     [][]byte // payloads for BatchHandler.DeliverBatch
 
+	fl  flow      // flow control and rate limit (flow.go)
+	one [1][]byte // Send's payload as a run, for admit
+	lag lagState  // delivery backlog (lag.go)
+
 	stats Stats
 	// clock is the latest now seen by Receive or Tick, for the entry points
 	// that take none (ForcePurge).
@@ -359,6 +363,10 @@ func New(cfg Config) (*Protocol, error) {
 	p.own.own = true
 	p.own.window()
 	p.own.stamps = make([]stamp, cfg.SendWindow)
+	p.fl.init(&p.cfg)
+	if cfg.LagInterval == 0 {
+		p.lag.at = NoDeadline
+	}
 	return p, nil
 }
 
@@ -654,7 +662,7 @@ func (p *Protocol) nextBackoff(b time.Duration) time.Duration {
 }
 
 // Tick fires every timer due at now: NAK rounds, STABLE, the idle Highest
-// announcement.
+// announcement, the lag measurement.
 func (p *Protocol) Tick(now time.Duration) {
 	p.clock = max(p.clock, now)
 	p.publishOwn()
@@ -693,12 +701,15 @@ func (p *Protocol) Tick(now time.Duration) {
 		p.announceHighest(now)
 	}
 	p.tickChallenges(now)
+	if p.hasView && now >= p.lag.at {
+		p.checkLag(now)
+	}
 }
 
 // NextDeadline returns when Tick must next be called (NoDeadline if no timer
 // is armed).
 func (p *Protocol) NextDeadline() time.Duration {
-	d := min(p.stableAt, p.highestAt, p.chaseAt)
+	d := min(p.stableAt, p.highestAt, p.chaseAt, p.lag.at)
 	if !p.hasView {
 		d = p.highestAt
 	}

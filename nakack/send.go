@@ -13,16 +13,29 @@ import (
 // own seqno, all claimed at once). The message is retained until stable and
 // delivered to self through Poll. It returns ErrBackPressure, claiming
 // nothing, beyond SendLimit (the own retention window, or a member's
-// receive window, cannot hold it) or when no buffer is available; ErrTooLarge above Config.MaxMessage.
+// receive window, cannot hold it) or when no buffer is available,
+// ErrFlowControl or ErrRateLimit when those hold it back (flow.go), and
+// ErrTooLarge above Config.MaxMessage.
 func (p *Protocol) Send(payload []byte, now time.Duration) (uint64, error) {
+	p.fl.held = nil
 	if len(payload) > p.cfg.MaxMessage {
 		return 0, ErrTooLarge
 	}
+	p.one[0] = payload
+	defer func() { p.one[0] = nil }()
+	if p.admit(p.one[:], now) == 0 {
+		return 0, p.fl.held
+	}
 	if len(payload) > p.maxMsg {
-		return p.sendFragmented(payload, now)
+		seq, err := p.sendFragmented(payload, now)
+		if err == nil {
+			p.took(p.one[:], seq, p.nextSeq-1)
+		}
+		return seq, err
 	}
 	if p.nextSeq > p.SendLimit() {
 		p.stats.BackPressure++
+		p.fl.held = ErrBackPressure
 		return 0, ErrBackPressure
 	}
 	var dst []byte
@@ -41,6 +54,7 @@ func (p *Protocol) Send(payload []byte, now time.Duration) (uint64, error) {
 	if dst == nil {
 		if !p.openBundle(p.cfg.MaxDatagram) {
 			p.stats.BackPressure++
+			p.fl.held = ErrBackPressure
 			return 0, ErrBackPressure
 		}
 		if dst = p.bw.Claim(len(payload)); dst == nil {
@@ -56,6 +70,7 @@ func (p *Protocol) Send(payload []byte, now time.Duration) (uint64, error) {
 	p.ownPend[p.ownN] = msg{ref: p.bundleRef, off: offsetIn(p.bundle, dst), n: uint32(len(dst))}
 	p.ownN++
 	p.stats.Sent++
+	p.took(p.one[:], seq, seq)
 	if p.bw.Count() >= p.cfg.MaxBundle {
 		p.flushBundle(now)
 	}
@@ -215,6 +230,7 @@ func (p *Protocol) sendFragmented(payload []byte, now time.Duration) (uint64, er
 	w := p.own.win
 	if p.nextSeq-1+uint64(count) > p.SendLimit() {
 		p.stats.BackPressure++
+		p.fl.held = ErrBackPressure
 		return 0, ErrBackPressure
 	}
 	p.Flush(now) // keep seqno order on the wire
@@ -226,6 +242,7 @@ func (p *Protocol) sendFragmented(payload []byte, now time.Duration) (uint64, er
 				b.Release()
 			}
 			p.stats.BackPressure++
+			p.fl.held = ErrBackPressure
 			return 0, ErrBackPressure
 		}
 	}
@@ -649,14 +666,16 @@ func (p *Protocol) sendMsgNotFound(requester digest.Member, missing wire.Range, 
 //
 // It takes the longest prefix of payloads that can be sent now and returns
 // the seqno of its first message and its length n; its messages got seqnos
-// first..first+n-1. It stops early, without error, at the own window's
-// capacity, when no buffer is available for a new bundle, and before a
-// payload that needs fragments or is refused: the next call reports it. A
-// first payload larger than a bundle takes the fragment path on its own
-// (n = 1, and first..NextSeq()-1 are its fragments' seqnos). An error is
-// returned only when the first payload cannot be sent (ErrBackPressure,
-// ErrTooLarge), with n = 0 and nothing claimed.
+// first..first+n-1. It stops early, without error, at SendLimit, where
+// flow control or the rate limit hold (flow.go), when no buffer is
+// available for a new bundle (Held says which), and before a payload that
+// needs fragments or is refused: the next call reports it. A first payload
+// larger than a bundle takes the fragment path on its own (n = 1, and
+// first..NextSeq()-1 are its fragments' seqnos). An error is returned only
+// when the first payload cannot be sent (ErrBackPressure, ErrFlowControl,
+// ErrRateLimit, ErrTooLarge), with n = 0 and nothing claimed.
 func (p *Protocol) SendBatch(payloads [][]byte, now time.Duration) (first uint64, n int, err error) {
+	p.fl.held = nil
 	if len(payloads) == 0 {
 		return p.nextSeq, 0, nil
 	}
@@ -667,14 +686,10 @@ func (p *Protocol) SendBatch(payloads [][]byte, now time.Duration) (first uint64
 		}
 		return seq, 1, nil
 	}
-	// Send refuses seqnos above SendLimit, which does not move during the
-	// run (only STABILITY moves it).
-	limit := p.SendLimit()
-	if p.nextSeq > limit {
-		p.stats.BackPressure++
-		return 0, 0, ErrBackPressure
+	todo := p.sendable(payloads, now)
+	if len(todo) == 0 {
+		return 0, 0, p.fl.held
 	}
-	todo := payloads[:min(uint64(len(payloads)), limit-p.nextSeq+1)]
 	first = p.nextSeq
 	maxMsg, maxBundle := p.maxMsg, p.cfg.MaxBundle
 	for n < len(todo) {
@@ -684,6 +699,7 @@ func (p *Protocol) SendBatch(payloads [][]byte, now time.Duration) (first uint64
 				size = bundleSize(todo[n:], maxMsg, maxBundle, p.cfg.MaxDatagram/8)
 			}
 			if !p.openBundle(size) {
+				p.fl.held = ErrBackPressure
 				break
 			}
 		}
@@ -709,6 +725,9 @@ func (p *Protocol) SendBatch(payloads [][]byte, now time.Duration) (first uint64
 		p.nextSeq += uint64(taken)
 		n = i
 		if n == len(todo) || len(todo[n]) > maxMsg {
+			if n < len(todo) {
+				p.fl.held = nil // the next call takes the fragmented payload
+			}
 			if p.bw.Count() >= maxBundle {
 				p.flushBundle(now)
 			}
@@ -730,5 +749,23 @@ func (p *Protocol) SendBatch(payloads [][]byte, now time.Duration) (first uint64
 		p.stats.BackPressure++
 		return 0, 0, ErrBackPressure
 	}
+	p.took(todo[:n], first, p.nextSeq-1)
 	return first, n, nil
+}
+
+// sendable returns the prefix of payloads that SendLimit, flow control and
+// the rate limit let SendBatch take now (Held says why it is shorter).
+// SendLimit does not move during the run (only STABILITY moves it).
+func (p *Protocol) sendable(payloads [][]byte, now time.Duration) [][]byte {
+	limit := p.SendLimit()
+	if p.nextSeq > limit {
+		p.stats.BackPressure++
+		p.fl.held = ErrBackPressure
+		return nil
+	}
+	todo := payloads[:min(uint64(len(payloads)), limit-p.nextSeq+1)]
+	if len(todo) < len(payloads) {
+		p.fl.held = ErrBackPressure
+	}
+	return todo[:p.admit(todo, now)]
 }

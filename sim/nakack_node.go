@@ -28,6 +28,7 @@ type NakackNode struct {
 	handler  recorderHandler
 	recvErrs uint64
 	noBuf    uint64
+	stalled  bool
 }
 
 // recorderHandler adapts a Recorder to nakack.Handler.
@@ -123,10 +124,19 @@ func (n *NakackNode) Flush(now time.Duration) {
 	n.poll()
 }
 
-// poll delivers everything deliverable to the recorder.
+// poll delivers everything deliverable to the recorder, unless the
+// application is stalled.
 func (n *NakackNode) poll() {
-	for n.P.Poll(n.handler, pollLimit) > 0 {
+	for !n.stalled && n.P.Poll(n.handler, pollLimit) > 0 {
 	}
+}
+
+// Stall stops (true) or resumes (false) the node's application: a stalled
+// one delivers nothing, like an application that stopped consuming, and
+// one that resumes delivers what waits at once. Call it inside Sim.Do.
+func (n *NakackNode) Stall(stalled bool) {
+	n.stalled = stalled
+	n.poll()
 }
 
 // ReceiveErrors returns how many datagrams Receive rejected with an error.
