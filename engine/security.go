@@ -119,7 +119,9 @@ func (a *agent) verify(d []byte, h wire.Header, now time.Duration) bool {
 
 // seal seals every datagram of w in place of the original, just before
 // the write (with ThreadingDedicated under the write lock: the sealer is
-// the writers'). A datagram that cannot be sealed (no pool buffer for an
+// the writers'), so that each path's counters go out in the order sealed;
+// a datagram with a destination goes on the unicast path, one without to
+// the group. A datagram that cannot be sealed (no pool buffer for an
 // encrypted copy) is dropped and counted.
 func (s *security) seal(w *wbatch, pool *wire.Pool, ctr *counters) {
 	if r := s.next.Load(); r != s.sealRing {
@@ -128,7 +130,11 @@ func (s *security) seal(w *wbatch, pool *wire.Pool, ctr *counters) {
 	}
 	j := 0
 	for i := range w.b {
-		d, holder, err := s.sealOne(w.q[i], w.b[i], pool)
+		path := auth.PathGroup
+		if w.dsts[i].IsValid() {
+			path = auth.PathUnicast
+		}
+		d, holder, err := s.sealOne(w.q[i], w.b[i], path, pool)
 		if err != nil {
 			ctr.dropNoBuffer.Add(1)
 			continue
@@ -145,15 +151,15 @@ func (s *security) seal(w *wbatch, pool *wire.Pool, ctr *counters) {
 var errNoSealBuffer = errors.New("engine: no buffer to seal a datagram")
 
 // sealOne seals datagram d, held by b (nil: gms's bytes, which are not
-// ours to change). A protocol datagram with room behind it is signed in
-// place (the trailer goes after the datagram; the messages a retention
-// buffer holds are not touched); anything else is sealed into a pool
-// buffer (Encrypt never changes its source). It takes over b's reference:
-// it returns b itself as the holder, or releases it.
-func (s *security) sealOne(b *wire.Buffer, d []byte, pool *wire.Pool) ([]byte, *wire.Buffer, error) {
+// ours to change), for path p. A protocol datagram with room behind it is
+// signed in place (the trailer goes after the datagram; the messages a
+// retention buffer holds are not touched); anything else is sealed into a
+// pool buffer (Encrypt never changes its source). It takes over b's
+// reference: it returns b itself as the holder, or releases it.
+func (s *security) sealOne(b *wire.Buffer, d []byte, p auth.Path, pool *wire.Pool) ([]byte, *wire.Buffer, error) {
 	n := len(d)
 	if b != nil && !s.sealer.Encrypts() && len(b.B) >= n+wire.TrailerLen {
-		out, err := s.sealer.Sign(b.B, n)
+		out, err := s.sealer.Sign(b.B, n, p)
 		if err != nil {
 			b.Release()
 			return nil, nil, err
@@ -178,10 +184,10 @@ func (s *security) sealOne(b *wire.Buffer, d []byte, pool *wire.Pool) ([]byte, *
 	var out []byte
 	var err error
 	if s.sealer.Encrypts() {
-		out, err = s.sealer.Encrypt(dst, d)
+		out, err = s.sealer.Encrypt(dst, d, p)
 	} else {
 		copy(dst, d)
-		out, err = s.sealer.Sign(dst, n)
+		out, err = s.sealer.Sign(dst, n, p)
 	}
 	if b != nil {
 		b.Release()

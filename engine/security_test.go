@@ -17,6 +17,7 @@ import (
 
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/engine/auth"
+	"github.com/nakcast/nakcast/wire"
 )
 
 // testKeys returns keys with ids 1..n and fresh random secrets.
@@ -337,4 +338,42 @@ func TestStrangerCannotJoin(t *testing.T) {
 		require.Len(t, v, 2)
 	}
 	require.Zero(t, stranger.Stats().Delivered)
+}
+
+// TestSealPathFollowsDestination: a datagram of the write batch with a
+// destination is sealed on the unicast path, one without (the group) on
+// the group path, in place or copied, signed and encrypted, so that a
+// receiver keeps each socket's datagrams in a replay window of its own.
+func TestSealPathFollowsDestination(t *testing.T) {
+	for _, encrypt := range []bool{false, true} {
+		sec, err := newSecurity(Config{GroupID: 7, Keys: testKeys(t, 1), Encrypt: encrypt})
+		require.NoError(t, err)
+		pool := wire.NewPool(0, 0)
+		var w wbatch
+		w.init(4)
+		dsts := []netip.AddrPort{{}, netip.MustParseAddrPort("127.0.0.1:4000"), {}, netip.MustParseAddrPort("127.0.0.2:4000")}
+		for i, dst := range dsts {
+			var b *wire.Buffer // nil: gms's bytes, sealed into a copy
+			buf := make([]byte, wire.HeartbeatOverhead+wire.TrailerLen)
+			if i < 2 {
+				b = pool.Get(len(buf)) // the protocol's: signed in place
+				buf = b.B
+			}
+			d, err := wire.EncodeHeartbeat(buf, wire.Header{Group: 7, Sender: digest.Member{ID: 1, Inc: 1}}, wire.Heartbeat{})
+			require.NoError(t, err)
+			if b != nil {
+				b.N = len(d)
+			}
+			w.q, w.b, w.dsts = append(w.q, b), append(w.b, d), append(w.dsts, dst)
+		}
+		var ctr counters
+		sec.seal(&w, pool, &ctr)
+		require.Len(t, w.b, len(dsts))
+		for i, d := range w.b {
+			sl, ok := wire.SplitSealed(d)
+			require.True(t, ok)
+			unicast := wire.NonceCounter(sl.Nonce)&wire.NonceUnicast != 0
+			require.Equal(t, dsts[i].IsValid(), unicast, "datagram %d (encrypt %v)", i, encrypt)
+		}
+	}
 }

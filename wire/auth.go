@@ -76,6 +76,14 @@ func PutNonce(nonce []byte, salt uint32, counter uint64) {
 	binary.LittleEndian.PutUint64(nonce[NonceSaltLen:], counter)
 }
 
+// NonceUnicast is the top bit of the nonce counter: set on a datagram
+// sealed for one member's unicast address, clear on one sealed for the
+// group address. The two reach a receiver through different sockets, each
+// in the order sent but not in order with each other, so the sender counts
+// them apart and a receiver keeps a replay window for each (FORMAT.md,
+// "Authentication trailer"); the low 63 bits are the count.
+const NonceUnicast uint64 = 1 << 63
+
 // NonceCounter returns the counter of a NonceLen-byte nonce.
 func NonceCounter(nonce []byte) uint64 {
 	_ = nonce[NonceLen-1]

@@ -19,10 +19,10 @@ func BenchmarkSealOpen(b *testing.B) {
 			out := make([]byte, n+wire.TrailerLen)
 			sealOnce := func() []byte {
 				if mode.encrypt {
-					d, _ := s.Encrypt(out, buf[:n])
+					d, _ := s.Encrypt(out, buf[:n], PathGroup)
 					return d
 				}
-				d, _ := s.Sign(buf, n)
+				d, _ := s.Sign(buf, n, PathGroup)
 				return d
 			}
 			b.Run(fmt.Sprintf("seal/%s/%dB", mode.name, size), func(b *testing.B) {

@@ -33,27 +33,30 @@
 //
 // # Nonces never repeat
 //
-// The 12-byte AES-GCM nonce is a 4-byte salt and an 8-byte counter. A
-// subkey belongs to one (group, key, member id, incarnation), so a nonce can
-// only repeat if one of those is used by two seals with the same salt and
-// counter. Within a process every seal takes the next value of one
-// process-wide counter (NonceSource), whatever member, incarnation or key:
-// no two seals of a process share a counter. Across processes the counter
-// starts at the wall clock in nanoseconds when the process starts, so a
-// restart begins above every counter its predecessor used: a process seals
-// far fewer than one datagram per nanosecond (the machines here move at
-// most some 10^6 datagrams a second), so its counter stays behind the
-// clock. That is what makes a restart safe for the members whose
-// incarnation does not change across processes: a static member keeps
-// Config.Self as given, and gms, which takes a new incarnation (so a new
-// subkey) on every join attempt within a process, counts them from 1 again
-// in a new one, so a dynamic member restarted with a fixed Config.Self.ID
-// reuses its first incarnations too. The salt is random per process: if
-// the wall clock steps back across a restart, or two processes run with the
-// same member and incarnation (a configuration error), a repeat
-// additionally needs the same 32-bit salt.
+// The 12-byte AES-GCM nonce is a 4-byte salt and an 8-byte counter, whose
+// top bit names the datagram's path (Path: to the group or to one member's
+// unicast address) and whose other 63 bits are a count. A subkey belongs to
+// one (group, key, member id, incarnation), so a nonce can only repeat if
+// one of those is used by two seals with the same salt and counter. Within a
+// process every seal takes the next count of one process-wide source
+// (NonceSource), whatever member, incarnation, key or path: no two seals of
+// a process share a count, so none share a counter (the path bit only labels
+// a count, and a sealer refuses a count that reaches the bit,
+// ErrCountersExhausted, so a count never sets it). Across processes the
+// count starts at the wall clock in nanoseconds when the process starts, so
+// a restart begins above every count its predecessor used: a process seals
+// far fewer than one datagram per nanosecond (the machines here move at most
+// some 10^6 datagrams a second), so its count stays behind the clock. That
+// is what makes a restart safe for the members whose incarnation does not
+// change across processes: a static member keeps Config.Self as given, and
+// gms, which takes a new incarnation (so a new subkey) on every join attempt
+// within a process, counts them from 1 again in a new one, so a dynamic
+// member restarted with a fixed Config.Self.ID reuses its first incarnations
+// too. The salt is random per process: if the wall clock steps back across a
+// restart, or two processes run with the same member and incarnation (a
+// configuration error), a repeat additionally needs the same 32-bit salt.
 //
-// A receiver's replay window follows the counter, so a sender restarted
+// A receiver's replay windows follow the count, so a sender restarted
 // after its clock stepped back by more than its previous run sealed is
 // taken for a replay until the clock catches up: it fails safe (drops,
 // counted as TooOld), never by accepting a replay.
@@ -61,13 +64,29 @@
 // # Replay window
 //
 // Each sender (member id and incarnation) that sent an authenticated
-// datagram has a sliding bitmap of WindowSize counters: a counter above the
-// highest seen is new, one inside the window new unless its bit is set
-// (Replay), one below it TooOld. The window moves only on a datagram whose
-// tag verified, so a forgery cannot push it. Memory is bounded: at most
-// MaxSenders senders, the least recently heard forgotten first. A receiver
-// restarted (or one that forgot a sender) accepts one earlier copy of a
-// sender's datagrams; the protocol's view ids and seqnos drop what is stale.
+// datagram has, for each path, a sliding bitmap of WindowSize counts: a
+// count above the highest seen on that path is new, one inside the window
+// new unless its bit is set (Replay), one below it TooOld. The path comes
+// from the counter, which the tag covers: a replay lands in the window it
+// was first accepted by, whatever socket it arrives on. The window moves
+// only on a datagram whose tag verified, so a forgery cannot push it.
+//
+// The windows are per path because the paths reorder: a receiver reads
+// the group's datagrams and the unicast ones (a STABLE, the coordinator's
+// STABILITY) from two sockets, so a unicast datagram overtakes every group
+// datagram still queued in the group socket, and a group datagram can
+// overtake unicast ones waiting for the next read of the unicast socket.
+// Under load the group socket holds thousands of datagrams, and under loss
+// each stands for more counts than one (the lost ones were sealed too): no
+// window over one counter space covers that. Within a path a sender's
+// datagrams travel as one flow and are read from one socket, in the order
+// sealed (the engine seals just before the write), so a window only has to
+// absorb the network's reordering of one flow.
+//
+// Memory is bounded: at most MaxSenders senders, the least recently heard
+// forgotten first. A receiver restarted (or one that forgot a sender)
+// accepts one earlier copy of a sender's datagrams; the protocol's view
+// ids and seqnos drop what is stale.
 //
 // # Rotation
 //

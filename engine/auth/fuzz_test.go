@@ -13,8 +13,9 @@ import (
 )
 
 // fuzzSeeds returns datagrams sealed deterministically under the fuzz
-// keyring (a signed and an encrypted bundle, a signed heartbeat), by name,
-// and some that must fail (unsealed, forged, truncated, wrong key).
+// keyring (a signed and an encrypted bundle, a signed heartbeat to the
+// group and one to a member), by name, and some that must fail (unsealed,
+// forged, truncated, wrong key).
 func fuzzSeeds(t testing.TB) (r *Keyring, valid, invalid map[string][]byte) {
 	r = ring(t, key(t, 3, 32, 9), key(t, 4, 16, 1))
 	valid, invalid = map[string][]byte{}, map[string][]byte{}
@@ -29,6 +30,7 @@ func fuzzSeeds(t testing.TB) (r *Keyring, valid, invalid map[string][]byte) {
 		t.Fatal(err)
 	}
 	valid["valid-signed-heartbeat"] = seal(t, sign, hb, len(d))
+	valid["valid-signed-unicast-heartbeat"] = sealOn(t, sign, hb, len(d), PathUnicast)
 	invalid["invalid-no-trailer"] = bytes.Clone(buf[:n])
 	forged := bytes.Clone(valid["valid-signed-bundle"])
 	forged[30] ^= 0x40

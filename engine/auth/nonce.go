@@ -6,11 +6,46 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nakcast/nakcast/wire"
 )
 
-// NonceSource hands out nonce counters: one counter for every seal of a
-// process, starting at the wall clock in nanoseconds (see the package doc,
-// "Nonces never repeat"), and a salt. Safe for concurrent use.
+// Path is the way a sealed datagram travels: to the group address or to
+// one member's unicast address. Each has a counter space of its own in the
+// nonce (wire.NonceUnicast) and a replay window of its own at receivers:
+// a receiver reads the two through different sockets, so a datagram of one
+// path can overtake any number of the other's (see the package doc,
+// "Replay window").
+type Path uint8
+
+// Paths.
+const (
+	PathGroup Path = iota
+	PathUnicast
+	numPaths
+)
+
+// nonceCounter is the nonce counter of count c (below wire.NonceUnicast)
+// on path p.
+func nonceCounter(p Path, c uint64) uint64 {
+	if p == PathUnicast {
+		return c | wire.NonceUnicast
+	}
+	return c
+}
+
+// pathOf splits a nonce counter into its path and its count.
+func pathOf(ctr uint64) (Path, uint64) {
+	if ctr&wire.NonceUnicast != 0 {
+		return PathUnicast, ctr &^ wire.NonceUnicast
+	}
+	return PathGroup, ctr
+}
+
+// NonceSource hands out nonce counts: one count for every seal of a
+// process, whatever its path, starting at the wall clock in nanoseconds
+// (see the package doc, "Nonces never repeat"), and a salt. Safe for
+// concurrent use.
 type NonceSource struct {
 	salt uint32
 	ctr  atomic.Uint64
@@ -25,7 +60,9 @@ func NewNonceSource(start time.Time, salt uint32) *NonceSource {
 	return n
 }
 
-// Next returns the next counter: never the same twice from one source.
+// Next returns the next count: never the same twice from one source. A
+// sealer refuses a count that reaches wire.NonceUnicast (the wall clock's
+// nanoseconds get there in the year 2262).
 func (n *NonceSource) Next() uint64 { return n.ctr.Add(1) }
 
 // Salt returns the source's salt.

@@ -58,7 +58,7 @@ func sealChild() error {
 		if err != nil {
 			return err
 		}
-		out, err := s.Sign(buf, len(d))
+		out, err := s.Sign(buf, len(d), PathGroup)
 		if err != nil {
 			return err
 		}

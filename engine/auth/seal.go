@@ -13,6 +13,10 @@ import (
 // sealed datagram (Encrypt), or the datagram is shorter than a header.
 var ErrShortBuffer = errors.New("auth: buffer too short to seal")
 
+// ErrCountersExhausted: the nonce source's count reached the path bit
+// (wire.NonceUnicast): sealing further could repeat a nonce.
+var ErrCountersExhausted = errors.New("auth: nonce counters exhausted")
+
 // Sealer seals the datagrams one member sends, under the current key of
 // its keyring and the subkey of the datagram's sender (the header's; a
 // member's incarnation changes with gms). Not safe for concurrent use: the
@@ -60,13 +64,22 @@ func (s *Sealer) subkey(m digest.Member) (cipher.AEAD, *ringKey, error) {
 	return a, k, nil
 }
 
-// Sign authenticates the datagram buf[:n] in place: it marks the header
-// (FlagAuth, the current key id, FlagEncrypted cleared), writes the trailer
-// into buf[n:n+wire.TrailerLen] and returns buf[:n+wire.TrailerLen]. The
-// tag covers buf[:n]; the body stays in the clear. Calling it again on the
-// same buf and n reseals with a new nonce. It does not allocate once the
-// sender's subkey is derived.
-func (s *Sealer) Sign(buf []byte, n int) ([]byte, error) {
+// next returns the nonce counter of the next seal on path p.
+func (s *Sealer) next(p Path) (uint64, error) {
+	c := s.nonces.Next()
+	if c >= wire.NonceUnicast {
+		return 0, ErrCountersExhausted
+	}
+	return nonceCounter(p, c), nil
+}
+
+// Sign authenticates the datagram buf[:n], to be sent on path p, in place:
+// it marks the header (FlagAuth, the current key id, FlagEncrypted
+// cleared), writes the trailer into buf[n:n+wire.TrailerLen] and returns
+// buf[:n+wire.TrailerLen]. The tag covers buf[:n]; the body stays in the
+// clear. Calling it again on the same buf and n reseals with a new nonce.
+// It does not allocate once the sender's subkey is derived.
+func (s *Sealer) Sign(buf []byte, n int, p Path) ([]byte, error) {
 	if n < wire.HeaderLen || len(buf) < n+wire.TrailerLen {
 		return nil, ErrShortBuffer
 	}
@@ -75,21 +88,26 @@ func (s *Sealer) Sign(buf []byte, n int) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctr, err := s.next(p)
+	if err != nil {
+		return nil, err
+	}
 	wire.PutAuth(d, k.id, false)
 	sl, _ := wire.SplitSealed(d)
-	wire.PutNonce(sl.Nonce, s.nonces.salt, s.nonces.Next())
+	wire.PutNonce(sl.Nonce, s.nonces.salt, ctr)
 	a.Seal(sl.Tag[:0], sl.Nonce, nil, d[:n])
 	return d, nil
 }
 
-// Encrypt seals the datagram src into dst, which must not overlap it and
-// must hold len(src)+wire.TrailerLen bytes: the common header goes in the
-// clear (marked FlagAuth, FlagEncrypted, the current key id) as additional
-// data, the body (src after the common header) as ciphertext, then the
-// trailer. It returns dst[:len(src)+wire.TrailerLen]. src is not modified:
-// it may be a retention buffer whose messages the sender still delivers and
-// repairs. It does not allocate once the sender's subkey is derived.
-func (s *Sealer) Encrypt(dst, src []byte) ([]byte, error) {
+// Encrypt seals the datagram src, to be sent on path p, into dst, which
+// must not overlap it and must hold len(src)+wire.TrailerLen bytes: the
+// common header goes in the clear (marked FlagAuth, FlagEncrypted, the
+// current key id) as additional data, the body (src after the common
+// header) as ciphertext, then the trailer. It returns
+// dst[:len(src)+wire.TrailerLen]. src is not modified: it may be a
+// retention buffer whose messages the sender still delivers and repairs.
+// It does not allocate once the sender's subkey is derived.
+func (s *Sealer) Encrypt(dst, src []byte, p Path) ([]byte, error) {
 	n := len(src)
 	if n < wire.HeaderLen || len(dst) < n+wire.TrailerLen {
 		return nil, ErrShortBuffer
@@ -100,9 +118,13 @@ func (s *Sealer) Encrypt(dst, src []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctr, err := s.next(p)
+	if err != nil {
+		return nil, err
+	}
 	wire.PutAuth(d, k.id, true)
 	nonce := s.nonce[:]
-	wire.PutNonce(nonce, s.nonces.salt, s.nonces.Next())
+	wire.PutNonce(nonce, s.nonces.salt, ctr)
 	// AES-GCM writes ciphertext then tag: the tag lands where the nonce
 	// goes and moves up by NonceLen (copy handles the overlap).
 	a.Seal(d[wire.HeaderLen:wire.HeaderLen], nonce, src[wire.HeaderLen:], d[:wire.HeaderLen])

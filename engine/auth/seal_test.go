@@ -11,16 +11,22 @@ import (
 	"github.com/nakcast/nakcast/wire"
 )
 
-// seal signs (or encrypts) the datagram buf[:n] with s and returns the
-// sealed bytes in a buffer of their own.
+// seal signs (or encrypts) the datagram buf[:n] for the group with s and
+// returns the sealed bytes in a buffer of their own.
 func seal(t testing.TB, s *Sealer, buf []byte, n int) []byte {
 	t.Helper()
+	return sealOn(t, s, buf, n, PathGroup)
+}
+
+// sealOn is seal on path p.
+func sealOn(t testing.TB, s *Sealer, buf []byte, n int, p Path) []byte {
+	t.Helper()
 	if s.Encrypts() {
-		d, err := s.Encrypt(make([]byte, n+wire.TrailerLen), buf[:n])
+		d, err := s.Encrypt(make([]byte, n+wire.TrailerLen), buf[:n], p)
 		require.NoError(t, err)
 		return d
 	}
-	d, err := s.Sign(buf, n)
+	d, err := s.Sign(buf, n, p)
 	require.NoError(t, err)
 	return bytes.Clone(d)
 }
@@ -265,16 +271,16 @@ func TestSealShortBuffers(t *testing.T) {
 	r := ring(t, key(t, 1, 16, 1))
 	s := NewSealer(r, ProcessNonces(), false)
 	buf, n := bundle(t, alice, 1, 8)
-	_, err := s.Sign(buf[:n+wire.TrailerLen-1], n)
+	_, err := s.Sign(buf[:n+wire.TrailerLen-1], n, PathGroup)
 	require.ErrorIs(t, err, ErrShortBuffer)
-	_, err = s.Sign(buf, wire.HeaderLen-1)
+	_, err = s.Sign(buf, wire.HeaderLen-1, PathGroup)
 	require.ErrorIs(t, err, ErrShortBuffer)
-	_, err = s.Encrypt(make([]byte, n+wire.TrailerLen-1), buf[:n])
+	_, err = s.Encrypt(make([]byte, n+wire.TrailerLen-1), buf[:n], PathGroup)
 	require.ErrorIs(t, err, ErrShortBuffer)
 }
 
 // TestSealOpenDoNotAllocate: with the subkeys derived, sealing and
-// verifying a datagram allocate nothing, in both modes.
+// verifying a datagram allocate nothing, in both modes, on both paths.
 func TestSealOpenDoNotAllocate(t *testing.T) {
 	r := ring(t, key(t, 1, 32, 1))
 	buf, n := bundle(t, alice, 100, 600)
@@ -283,20 +289,23 @@ func TestSealOpenDoNotAllocate(t *testing.T) {
 			s := NewSealer(r, NewNonceSource(time.Unix(100, 0), 7), mode.encrypt)
 			v := NewVerifier(r)
 			out := make([]byte, n+wire.TrailerLen)
+			var i int
 			sealOpen := func() {
 				var d []byte
 				var err error
+				p := Path(i % int(numPaths))
+				i++
 				if mode.encrypt {
-					d, err = s.Encrypt(out, buf[:n])
+					d, err = s.Encrypt(out, buf[:n], p)
 				} else {
-					d, err = s.Sign(buf, n)
+					d, err = s.Sign(buf, n, p)
 				}
 				if err != nil || v.Open(d, at(0)) != OK {
 					t.Fatal("seal/open failed")
 				}
 			}
 			sealOpen() // derive the subkeys
-			require.Zero(t, testing.AllocsPerRun(200, sealOpen))
+			require.Zero(t, testing.AllocsPerRun(200, sealOpen), "both paths")
 		})
 	}
 }

@@ -82,7 +82,7 @@ type VerifierStats struct {
 }
 
 type sender struct {
-	win   Window
+	win   [numPaths]Window // by Path
 	heard uint64
 	keys  [MaxKeys]subkey
 }
@@ -110,12 +110,13 @@ func (v *Verifier) Stats() VerifierStats {
 
 // Open verifies datagram d in place, at time now (the derivation budget's
 // clock). It returns OK if d carries a valid tag under a key of the ring
-// and a counter the sender's replay window has not seen; an encrypted body
-// is then decrypted in place and FlagEncrypted cleared, so d reads as an
-// authenticated plaintext datagram (its trailer is no longer meaningful).
-// Any other result leaves no state behind (a refused encrypted body may be
-// overwritten). The caller has checked the common header
-// (wire.DecodeHeader). It does not allocate for a known sender.
+// and a counter that the sender's replay window for the counter's path has
+// not seen; an encrypted body is then decrypted in place and FlagEncrypted
+// cleared, so d reads as an authenticated plaintext datagram (its trailer
+// is no longer meaningful). Any other result leaves no state behind (a
+// refused encrypted body may be overwritten). The caller has checked the
+// common header (wire.DecodeHeader). It does not allocate for a known
+// sender.
 func (v *Verifier) Open(d []byte, now time.Duration) Reason {
 	sl, ok := wire.SplitSealed(d)
 	if !ok || d[3]&wire.FlagAuth == 0 {
@@ -125,11 +126,11 @@ func (v *Verifier) Open(d []byte, now time.Duration) Reason {
 	if k == nil {
 		return UnknownKey
 	}
-	ctr := wire.NonceCounter(sl.Nonce)
+	p, ctr := pathOf(wire.NonceCounter(sl.Nonce))
 	m := wire.HeaderSender(d)
 	s := v.senders[m]
 	if s != nil {
-		if r := s.win.Check(ctr); r != OK {
+		if r := s.win[p].Check(ctr); r != OK {
 			return r
 		}
 	} else if ctr == 0 {
@@ -156,7 +157,7 @@ func (v *Verifier) Open(d []byte, now time.Duration) Reason {
 		s = v.add(m)
 		s.keep(k, a, v.ring)
 	}
-	s.win.Mark(ctr)
+	s.win[p].Mark(ctr)
 	v.heard++
 	s.heard = v.heard
 	return OK

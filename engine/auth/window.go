@@ -2,7 +2,10 @@ package auth
 
 // WindowSize is the span of counters a replay window tracks behind the
 // highest one seen: reordering deeper than that (a datagram overtaken by
-// more than about WindowSize-64 others of the same sender) reads as TooOld.
+// datagrams of the same sender and path sealed more than about
+// WindowSize-64 counts after it) reads as TooOld. Within a path datagrams
+// arrive in the order sent but for the network's rare reordering of one
+// flow, which is far shallower (see the package doc, "Replay window").
 const WindowSize = windowWords * 64
 
 const windowWords = 32

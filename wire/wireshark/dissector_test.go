@@ -108,11 +108,11 @@ func seal(b []byte) (signed, encrypted []byte) {
 	}
 	nonces := auth.NewNonceSource(time.Unix(1700000000, 0), 0x01020304)
 	buf := append(append([]byte(nil), b...), make([]byte, wire.TrailerLen)...)
-	signed, err = auth.NewSealer(ring, nonces, false).Sign(buf, len(b))
+	signed, err = auth.NewSealer(ring, nonces, false).Sign(buf, len(b), auth.PathGroup)
 	if err != nil {
 		panic(err)
 	}
-	encrypted, err = auth.NewSealer(ring, nonces, true).Encrypt(make([]byte, len(b)+wire.TrailerLen), b)
+	encrypted, err = auth.NewSealer(ring, nonces, true).Encrypt(make([]byte, len(b)+wire.TrailerLen), b, auth.PathGroup)
 	if err != nil {
 		panic(err)
 	}
