@@ -34,8 +34,8 @@ var (
 var fields = []string{
 	"nakcast.version", "nakcast.minor", "nakcast.type", "nakcast.flags", "nakcast.flags.repair",
 	"nakcast.flags.auth", "nakcast.group", "nakcast.sender.id", "nakcast.sender.inc", "nakcast.keyid",
-	"nakcast.hlen", "nakcast.flags.encrypted", "nakcast.trailer.nonce", "nakcast.trailer.salt",
-	"nakcast.trailer.counter", "nakcast.trailer.tag", "nakcast.ciphertext",
+	"nakcast.hlen", "nakcast.flags.encrypted", "nakcast.flags.report", "nakcast.trailer.nonce", "nakcast.trailer.salt",
+	"nakcast.trailer.counter", "nakcast.trailer.path", "nakcast.trailer.count", "nakcast.trailer.tag", "nakcast.ciphertext",
 	"nakcast.data.first", "nakcast.origin.id", "nakcast.origin.inc", "nakcast.data.count",
 	"nakcast.msg.seq", "nakcast.msg.len", "nakcast.msg.data",
 	"nakcast.frag.seq", "nakcast.frag.index", "nakcast.frag.count", "nakcast.frag.total", "nakcast.frag.len",
@@ -95,9 +95,9 @@ func bundle(h wire.Header, origin digest.Member, first uint64, msgs ...[]byte) [
 	return append([]byte(nil), w.Finish()...)
 }
 
-// seal signs and encrypts datagram b with the engine's sealer, under key 7
-// with nonce salt 0x01020304.
-func seal(b []byte) (signed, encrypted []byte) {
+// seal signs and encrypts datagram b, to be sent on path p, with the
+// engine's sealer, under key 7 with nonce salt 0x01020304.
+func seal(b []byte, p auth.Path) (signed, encrypted []byte) {
 	key, err := auth.NewKey(7, bytes.Repeat([]byte{0x5a}, 32))
 	if err != nil {
 		panic(err)
@@ -108,11 +108,11 @@ func seal(b []byte) (signed, encrypted []byte) {
 	}
 	nonces := auth.NewNonceSource(time.Unix(1700000000, 0), 0x01020304)
 	buf := append(append([]byte(nil), b...), make([]byte, wire.TrailerLen)...)
-	signed, err = auth.NewSealer(ring, nonces, false).Sign(buf, len(b), auth.PathGroup)
+	signed, err = auth.NewSealer(ring, nonces, false).Sign(buf, len(b), p)
 	if err != nil {
 		panic(err)
 	}
-	encrypted, err = auth.NewSealer(ring, nonces, true).Encrypt(make([]byte, len(b)+wire.TrailerLen), b, auth.PathGroup)
+	encrypted, err = auth.NewSealer(ring, nonces, true).Encrypt(make([]byte, len(b)+wire.TrailerLen), b, p)
 	if err != nil {
 		panic(err)
 	}
@@ -151,14 +151,19 @@ func cases() []tcase {
 		"nakcast.entry.low": u(10, 0), "nakcast.entry.delivered": u(20, 5), "nakcast.entry.received": u(30, 9),
 	}
 
-	signed, encrypted := seal(bundle(hdr(mA), mA, 5, []byte("secret")))
-	trailer := func(b []byte) map[string][]string {
+	signed, encrypted := seal(bundle(hdr(mA), mA, 5, []byte("secret")), auth.PathGroup)
+	report, _ := seal(must(wire.EncodeStability(buf, wire.Header{Group: group, Sender: mA, Flags: wire.FlagReport}, view1, ents)),
+		auth.PathUnicast)
+	trailer := func(b []byte, path string) map[string][]string {
 		t := b[len(b)-wire.TrailerLen:]
+		ctr := binary.LittleEndian.Uint64(t[wire.NonceSaltLen:])
 		return map[string][]string{
 			"nakcast.flags.auth": {"1"}, "nakcast.keyid": u(7),
 			"nakcast.trailer.nonce":   {hex.EncodeToString(t[:wire.NonceLen])},
 			"nakcast.trailer.salt":    {"0x01020304"},
-			"nakcast.trailer.counter": u(binary.LittleEndian.Uint64(t[wire.NonceSaltLen:])),
+			"nakcast.trailer.counter": u(ctr),
+			"nakcast.trailer.path":    {path},
+			"nakcast.trailer.count":   u(ctr &^ wire.NonceUnicast),
 			"nakcast.trailer.tag":     {hex.EncodeToString(t[wire.NonceLen:])},
 		}
 	}
@@ -179,7 +184,7 @@ func cases() []tcase {
 	return []tcase{
 		{name: "DATA bundle", b: full, want: map[string][]string{
 			"nakcast.version": {"1"}, "nakcast.minor": u(uint64(wire.VersionMinor)), "nakcast.type": {"1"}, "nakcast.flags.repair": {"0"},
-			"nakcast.flags.auth": {"0"}, "nakcast.group": {"0x6e616b63"}, "nakcast.sender.id": {aID},
+			"nakcast.flags.auth": {"0"}, "nakcast.flags.report": {"0"}, "nakcast.group": {"0x6e616b63"}, "nakcast.sender.id": {aID},
 			"nakcast.sender.inc": {aInc}, "nakcast.keyid": {"0"}, "nakcast.hlen": {"48"},
 			"nakcast.data.first": u(100), "nakcast.origin.id": {aID}, "nakcast.data.count": u(3),
 			"nakcast.msg.seq": u(100, 101, 102), "nakcast.msg.len": u(3, 300, 3),
@@ -216,7 +221,15 @@ func cases() []tcase {
 		{name: "STABLE", b: must(wire.EncodeStable(buf, hdr(mB), view1, ents)),
 			want: with(with(viewWant, entWant), map[string][]string{"nakcast.type": {"5"}, "nakcast.digest.count": u(2)})},
 		{name: "STABILITY", b: must(wire.EncodeStability(buf, hdr(mA), view1, ents)),
-			want: with(with(viewWant, entWant), map[string][]string{"nakcast.type": {"6"}, "nakcast.digest.count": u(2)})},
+			want: with(with(viewWant, entWant), map[string][]string{
+				"nakcast.type": {"6"}, "nakcast.flags.report": {"0"}, "nakcast.digest.count": u(2),
+				"_ws.col.Info": {"STABILITY a1.1 view a1.1#9, 2 entries"},
+			})},
+		{name: "STABILITY with REPORT, signed, to one member", b: report,
+			want: with(with(with(viewWant, entWant), trailer(report, "1")), map[string][]string{
+				"nakcast.type": {"6"}, "nakcast.flags": {"0x0a"}, "nakcast.flags.report": {"1"}, "nakcast.digest.count": u(2),
+				"_ws.col.Info": {"STABILITY a1.1 view a1.1#9, 2 entries [REPORT] [AUTH]"},
+			})},
 		{name: "STABILITY empty", b: must(wire.EncodeStability(buf, hdr(mA), view1, wire.EntrySlice{})),
 			want: with(viewWant, map[string][]string{"nakcast.type": {"6"}, "nakcast.digest.count": u(0)})},
 		{name: "HIGHEST", b: must(wire.EncodeHighest(buf, hdr(mC), wire.Highest{View: view1, Low: 3, Highest: 77})),
@@ -225,12 +238,12 @@ func cases() []tcase {
 			})},
 		{name: "HEARTBEAT", b: must(wire.EncodeHeartbeat(buf, hdr(mC), wire.Heartbeat{View: view1})),
 			want: with(viewWant, map[string][]string{"nakcast.type": {"8"}, "nakcast.hlen": {"44"}})},
-		{name: "signed DATA", b: signed, want: with(trailer(signed), map[string][]string{
+		{name: "signed DATA", b: signed, want: with(trailer(signed, "0"), map[string][]string{
 			"nakcast.flags.encrypted": {"0"}, "nakcast.msg.seq": u(5),
 			"nakcast.msg.data": {hex.EncodeToString([]byte("secret"))},
 			"_ws.col.Info":     {"DATA a1.1 seq 5-5 (1 msgs) [AUTH]"},
 		})},
-		{name: "encrypted DATA", b: encrypted, want: with(trailer(encrypted), map[string][]string{
+		{name: "encrypted DATA", b: encrypted, want: with(trailer(encrypted, "0"), map[string][]string{
 			"nakcast.flags.encrypted": {"1"}, "nakcast.type": {"1"}, "nakcast.sender.id": {aID},
 			"nakcast.ciphertext": {hex.EncodeToString(encrypted[wire.HeaderLen : len(encrypted)-wire.TrailerLen])},
 			"_ws.col.Info":       {"DATA a1.1 [AUTH, ENCRYPTED]"},

@@ -26,6 +26,8 @@ local TRAILER_LEN = 28
 local FLAG_REPAIR = 1
 local FLAG_AUTH = 2
 local FLAG_ENCRYPTED = 4
+local FLAG_REPORT = 8
+local COUNT_MASK = UInt64(0xffffffff, 0x7fffffff) -- the nonce counter's count: all but bit 63, the path
 local MAX_RANGES = 1024
 local VERSION_MINOR = 1 -- the minor this dissector knows (wire.VersionMinor); a newer one's extra fields are flagged, not rejected
 
@@ -113,6 +115,7 @@ local F = {
 	repair = field(ProtoField.bool("nakcast.flags.repair", "REPAIR", 8, nil, FLAG_REPAIR)),
 	auth = field(ProtoField.bool("nakcast.flags.auth", "AUTH", 8, nil, FLAG_AUTH)),
 	encrypted = field(ProtoField.bool("nakcast.flags.encrypted", "ENCRYPTED", 8, nil, FLAG_ENCRYPTED)),
+	report = field(ProtoField.bool("nakcast.flags.report", "REPORT", 8, nil, FLAG_REPORT)),
 	group = field(ProtoField.uint32("nakcast.group", "Group id", base.HEX)),
 	sender = fmember("sender", "Sender"),
 	keyid = fu16("keyid", "Key id"),
@@ -123,6 +126,8 @@ local F = {
 	nonce = fbytes("trailer.nonce", "Nonce"),
 	salt = field(ProtoField.uint32("nakcast.trailer.salt", "Salt", base.HEX), "Salt"),
 	counter = fu64("trailer.counter", "Counter"),
+	nonce_path = field(ProtoField.uint8("nakcast.trailer.path", "Path", base.DEC, { [0] = "group", [1] = "unicast" }, 0x80), "Path"),
+	nonce_count = fu64("trailer.count", "Count"),
 	tag = fbytes("trailer.tag", "Tag"),
 	ciphertext = fbytes("ciphertext", "Encrypted body"),
 
@@ -729,6 +734,7 @@ local function add_header(d, tree)
 	ft:add(F.repair, tvb(3, 1))
 	ft:add(F.auth, tvb(3, 1))
 	ft:add(F.encrypted, tvb(3, 1))
+	ft:add(F.report, tvb(3, 1))
 	t:add_le(F.group, tvb(4, 4))
 	local sender, st = add_member(t, F.sender, tvb(8, 12))
 	d.ctx.sender = sender
@@ -757,7 +763,9 @@ local function add_trailer(d, tree)
 	local t = tree:add(F.trailer, tvb(off, TRAILER_LEN))
 	local n = t:add(F.nonce, tvb(off, 12))
 	n:add_le(F.salt, tvb(off, 4))
-	n:add_le(F.counter, tvb(off + 4, 8))
+	local c = n:add_le(F.counter, tvb(off + 4, 8))
+	c:add(F.nonce_path, tvb(off + 11, 1)) -- bit 63: the top bit of the counter's last byte
+	c:add(F.nonce_count, tvb(off + 4, 8), tvb(off + 4, 8):le_uint64():band(COUNT_MASK)):set_generated()
 	t:add(F.tag, tvb(off + 12, 16))
 	return true
 end
@@ -852,6 +860,7 @@ local function dissect(tvb, pinfo, root)
 	local info = name .. " " .. d.ctx.sender.str
 	if spec and spec.info and not encrypted then info = info .. spec.info(d.ctx) end
 	if has_flag(flags, FLAG_REPAIR) then info = info .. " [REPAIR]" end
+	if typ == 6 and has_flag(flags, FLAG_REPORT) then info = info .. " [REPORT]" end
 	if auth then info = info .. (encrypted and " [AUTH, ENCRYPTED]" or " [AUTH]") end
 	pinfo.cols.info = info
 	return d
