@@ -21,7 +21,7 @@ var netnsScale = struct {
 }{members: 12, count: 6000, rate: 2000, loss: 0.05}
 
 // The noise within which the real figures agree with the simulator's:
-// README, "Scale". Goodput and repairs per lost message are protocol
+// docs/scale.md. Goodput and repairs per lost message are protocol
 // figures a process scheduler barely moves; requests per lost datagram
 // depend on how the receivers' NAK timers fire relative to each other
 // (a descheduled receiver misses another's request and sends its own),

@@ -64,7 +64,7 @@ func (a *agent) startBind(mem digest.Member, src netip.AddrPort, now time.Durati
 // Open and every lag check until all are bound): members started together
 // bind before their data flows. The nonce travels by multicast, which an
 // off-path spoofer does not see (a stranger on the segment does: the
-// limit README "Security" states for binding on first contact).
+// limit docs/security.md states for binding on first contact).
 func (a *agent) probeGroup() {
 	for _, mem := range a.routes.unbound(nil) {
 		a.m.ctr.addressProbes.Add(1)

@@ -210,7 +210,7 @@ type Config struct {
 	// another host or namespace: with loopback on, the kernel runs a whole
 	// local receive of every datagram sent only for the member's own
 	// filter to drop it (measured on a veth bridge, MTU 1500: see the
-	// README's performance section). Members on the same host would not
+	// docs/performance.md). Members on the same host would not
 	// hear this one. The member's own messages are delivered to it either
 	// way (in process). No effect on a loopback interface, where what is
 	// sent comes back through the interface itself. Default false:
@@ -225,7 +225,7 @@ type Config struct {
 	// bridge, veth) once and is cut back into the same datagrams where it
 	// is delivered. Below the loopback's 64 KB datagrams that is most of
 	// a sender's system time (veth bridge, MTU 1500, 64 B messages: about
-	// 3x the messages a second; see the README). Off: every datagram makes
+	// 3x the messages a second; docs/performance.md). Off: every datagram makes
 	// the trip on its own. The transport falls back by itself, for good,
 	// if the kernel refuses a segmented send (transport.Stats.GSORefused).
 	NoGSO bool
@@ -255,8 +255,8 @@ type Config struct {
 	// there, from the start. Without it a static member's address is bound
 	// on first contact, by an ADDRESS challenge that an off-path spoofer
 	// cannot answer; a stranger that can receive at its own address and
-	// claims a member before that member is first heard can (README,
-	// "Security"). This member's own entry is its Unicast address (Unicast
+	// claims a member before that member is first heard can
+	// (docs/security.md). This member's own entry is its Unicast address (Unicast
 	// may be left unset: it is taken from here).
 	MemberAddrs []netip.AddrPort
 

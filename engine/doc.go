@@ -97,7 +97,7 @@
 // and write through the transport in turn. Producers then wake the sender
 // goroutine (a channel), and the receiver wakes it when the protocol had
 // refused for lack of room and an iteration may have made some. On two
-// cores shared mode is usually faster (measured: see the README).
+// cores shared mode is usually faster (measured: docs/performance.md).
 //
 // With Config.Threading = ThreadingInvoked no goroutine of the member runs
 // between Open and Close: the application runs the shared mode's

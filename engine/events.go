@@ -16,7 +16,7 @@ const (
 	// With static membership there is one, at Open.
 	EventView EventKind = iota + 1
 	// EventLost: Sender's seqnos From..To will never be delivered (the
-	// sender purged them before this member got them: see the README).
+	// sender purged them before this member got them: docs/guarantees.md).
 	EventLost
 	// EventSuspect: this member suspects Sender (a member of View) of
 	// having failed: silent for Config.SuspectTimeout and its

@@ -11,7 +11,7 @@ import (
 // every sender exactly once, in each sender's seqno order; payload is valid
 // only during the call (copy it to keep it). Lost reports, once and in order
 // with the deliveries, a range [from, to] of a sender's seqnos that can never
-// be delivered (the sender purged them: see the README); the same range is
+// be delivered (the sender purged them: docs/guarantees.md); the same range is
 // also queued as an EventLost event. Neither method may block on this
 // member's Send (see Member.Poll for the pattern that cannot deadlock).
 type Handler interface {

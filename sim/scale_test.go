@@ -210,7 +210,7 @@ func checkScale(t *testing.T, pat lossPattern, r scaleResult) {
 // seeds (1 by default; make sim-long runs 10 at 200 and
 // 1,000 receivers). Every run is checked against checkScale's bounds; the
 // figures are logged per run and summed up per pattern in a table (the
-// README's scale section).
+// docs/scale.md).
 func TestScale(t *testing.T) {
 	sizes, err := scaleSizes()
 	require.NoError(t, err)
