@@ -1,18 +1,13 @@
 package examples_test
 
 import (
-	"bytes"
-	"context"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/wire"
-	"github.com/nakcast/nakcast/wire/wireshark"
 	"github.com/nakcast/nakcast/wire/wireshark/wiresharktest"
 )
 
@@ -20,7 +15,7 @@ import (
 // a1.1 multicasts the hello program's two messages in one DATA bundle, and
 // member b2.7 at 10.199.0.2, which got only the first, asks a1.1 for the
 // second.
-func readmeCapture(t *testing.T) [][]byte {
+func readmeCapture(t *testing.T) []wiresharktest.Datagram {
 	t.Helper()
 	a, b := digest.Member{ID: 0xa1, Inc: 1}, digest.Member{ID: 0xb2, Inc: 7}
 	const group = 0x6e616b63
@@ -39,7 +34,7 @@ func readmeCapture(t *testing.T) [][]byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return [][]byte{data, req}
+	return []wiresharktest.Datagram{{B: data}, {B: req, Src: netip.MustParseAddrPort("10.199.0.2:40000")}}
 }
 
 // summaryLayer reports whether a line of tshark's output is a layer below
@@ -54,6 +49,8 @@ func summaryLayer(line string) bool {
 	return false
 }
 
+// nakcastLines returns tshark's output without the layers below nakcast
+// and without trailing blanks.
 func nakcastLines(s string) string {
 	var out []string
 	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
@@ -66,7 +63,8 @@ func nakcastLines(s string) string {
 
 // TestReadmeTshark checks the README's `tshark -V` output against what the
 // dissector prints for the same datagrams today. The capture is built with
-// the wire encoders; on a mismatch the test prints the output to paste.
+// the wire encoders; on a mismatch the test prints the output (-update
+// writes it into the README).
 func TestReadmeTshark(t *testing.T) {
 	wiresharktest.Require(t)
 	var shown *block
@@ -78,44 +76,12 @@ func TestReadmeTshark(t *testing.T) {
 	if shown == nil {
 		t.Fatal("README.md has no block marked <!-- tshark: examples/tshark_test.go TestReadmeTshark -->")
 	}
-	dir := t.TempDir()
-	var pcap bytes.Buffer
-	pw, err := wireshark.NewPcapWriter(&pcap, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := time.Unix(1700000000, 0)
-	srcs := []netip.AddrPort{wiresharktest.Src, netip.MustParseAddrPort("10.199.0.2:40000")}
-	for i, d := range readmeCapture(t) {
-		if err := pw.WriteUDP(ts.Add(time.Duration(i)*time.Millisecond), srcs[i], wiresharktest.Dst, d, -1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := pw.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	capture := filepath.Join(dir, "readme.pcap")
-	if err := os.WriteFile(capture, pcap.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	script, err := wireshark.WriteDissector(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := wireshark.Verbose(ctx, script, capture, "", "-O", "nakcast")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if keep := os.Getenv("NAKCAST_DISSECTOR_KEEP"); keep != "" {
-		if err := os.WriteFile(filepath.Join(keep, "readme.pcap"), pcap.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if nakcastLines(out) != nakcastLines(shown.text) && *update {
+	out := wiresharktest.Verbose(t, readmeCapture(t), "-O", "nakcast")
+	switch {
+	case nakcastLines(out) == nakcastLines(shown.text):
+	case *update:
 		replace(t, *shown, strings.TrimRight(out, "\n")+"\n")
-	} else if nakcastLines(out) != nakcastLines(shown.text) {
+	default:
 		t.Errorf("README.md:%d: the tshark output differs from the dissector's; it prints (between the lines):\n-----\n%s-----", shown.line, out)
 	}
 }

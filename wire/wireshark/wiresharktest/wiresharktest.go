@@ -37,6 +37,7 @@ var Experts = []string{
 // Datagram is one UDP datagram of a test capture.
 type Datagram struct {
 	B        []byte
+	Src      netip.AddrPort // zero: Src
 	Dst      netip.AddrPort // zero: Dst
 	Captured int            // bytes of the frame in the capture; 0: all
 }
@@ -58,16 +59,7 @@ func Require(t testing.TB) {
 // also copied there as <test name>.pcap (to look at it in Wireshark).
 func Decode(t testing.TB, dgs []Datagram, fields []string, opts ...string) []wireshark.Frame {
 	t.Helper()
-	Require(t)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "nakcast.pcap")
-	if err := writeCapture(path, dgs); err != nil {
-		t.Fatal(err)
-	}
-	script, err := wireshark.WriteDissector(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	script, path := capture(t, dgs)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	frames, err := wireshark.Decode(ctx, script, path, fields, opts...)
@@ -76,6 +68,39 @@ func Decode(t testing.TB, dgs []Datagram, fields []string, opts ...string) []wir
 	}
 	if len(frames) != len(dgs) {
 		t.Fatalf("tshark decoded %d frames of %d", len(frames), len(dgs))
+	}
+	return frames
+}
+
+// Verbose writes dgs into a capture and returns tshark's detailed (-V)
+// output of it with the dissector; opts go to tshark. The capture is kept
+// as Decode's is.
+func Verbose(t testing.TB, dgs []Datagram, opts ...string) string {
+	t.Helper()
+	script, path := capture(t, dgs)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := wireshark.Verbose(ctx, script, path, "", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// capture writes dgs and the dissector into a temporary directory (and
+// the capture to NAKCAST_DISSECTOR_KEEP) and returns their paths. It skips
+// t without tshark.
+func capture(t testing.TB, dgs []Datagram) (script, path string) {
+	t.Helper()
+	Require(t)
+	dir := t.TempDir()
+	path = filepath.Join(dir, "nakcast.pcap")
+	if err := writeCapture(path, dgs); err != nil {
+		t.Fatal(err)
+	}
+	script, err := wireshark.WriteDissector(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if keep := os.Getenv("NAKCAST_DISSECTOR_KEEP"); keep != "" {
 		b, err := os.ReadFile(path)
@@ -86,7 +111,7 @@ func Decode(t testing.TB, dgs []Datagram, fields []string, opts ...string) []wir
 			t.Fatal(err)
 		}
 	}
-	return frames
+	return script, path
 }
 
 func writeCapture(path string, dgs []Datagram) error {
@@ -101,14 +126,17 @@ func writeCapture(path string, dgs []Datagram) error {
 	}
 	ts := time.Unix(1700000000, 0)
 	for i, d := range dgs {
-		dst, captured := d.Dst, -1
+		src, dst, captured := d.Src, d.Dst, -1
+		if !src.IsValid() {
+			src = Src
+		}
 		if !dst.IsValid() {
 			dst = Dst
 		}
 		if d.Captured > 0 {
 			captured = d.Captured
 		}
-		if err := w.WriteUDP(ts.Add(time.Duration(i)*time.Millisecond), Src, dst, d.B, captured); err != nil {
+		if err := w.WriteUDP(ts.Add(time.Duration(i)*time.Millisecond), src, dst, d.B, captured); err != nil {
 			return err
 		}
 	}
