@@ -413,7 +413,7 @@ type Stats struct {
 	NakRangesSent       uint64 // ranges in them
 	NakReceived         uint64 // XMIT_REQ datagrams received
 	Suppressed          uint64 // own request rounds suppressed by another member's request
-	StaleRequests       uint64 // request ranges at or below the requester's delivered
+	StaleRequests       uint64 // request ranges (or their lower parts) at or below the requester's delivered or the view's own stable point
 	MsgNotFoundSent     uint64
 	NotFoundOtherView   uint64 // MSG_NOT_FOUND not sent: the request was for another view (repair)
 	MsgNotFoundReceived uint64

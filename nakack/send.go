@@ -432,6 +432,10 @@ func (p *Protocol) onXmitReq(h wire.Header, body []byte, size int, now time.Dura
 // that is still installing our view cannot be behind our low (stability
 // waits for its report in our view): if it is, its next request, in our
 // view, gets the answer.
+//
+// A request for own seqnos at or below the stable point a STABILITY of
+// the current view reached is stale when it comes from a member of that
+// view (stableFor): it crossed its requester's own STABLE.
 func (p *Protocol) repair(s *sender, requester digest.Member, credit *repairCredit, req *wire.XmitReq, now time.Duration) {
 	if s.win == nil {
 		return
@@ -439,6 +443,10 @@ func (p *Protocol) repair(s *sender, requester digest.Member, credit *repairCred
 	w := s.win
 	r := repairer{p: p, origin: s.m, credit: credit}
 	var missing wire.Range
+	var stable uint64
+	if s.own {
+		stable = p.stableFor(requester, req.View)
+	}
 	hi := w.Received()
 	for i := 0; i < req.Ranges.Len(); i++ {
 		rg := req.Ranges.At(i)
@@ -448,11 +456,11 @@ func (p *Protocol) repair(s *sender, requester digest.Member, credit *repairCred
 		}
 		rg.From = max(rg.From, req.Delivered+1)
 		rg.To = min(rg.To, hi)
-		if s.own && p.hasView && req.View == p.view.ID && rg.From <= p.stablePoint {
+		if rg.From <= stable {
 			// The requester delivered these since (the STABILITY of this
 			// view counted it): the request crossed its own STABLE.
 			p.stats.StaleRequests++
-			rg.From = p.stablePoint + 1
+			rg.From = stable + 1
 		}
 		if rg.From > rg.To {
 			continue
@@ -479,6 +487,24 @@ func (p *Protocol) repair(s *sender, requester digest.Member, credit *repairCred
 		return
 	}
 	p.sendMsgNotFound(requester, missing, now)
+}
+
+// stableFor returns the own seqno up to which every request of requester
+// made in view is stale: the current view's stable point (stablePoint)
+// when view is the current view and requester a member of it, whose
+// report the rounds that made it stable counted; else 0. A member outside
+// the view (a departed sender B still serves) or a request of another
+// view (a merge brings members that B's stability never waited for) is
+// not covered: for them what lies at or below low may be truly gone, and
+// they get MSG_NOT_FOUND.
+func (p *Protocol) stableFor(requester digest.Member, view digest.ViewID) uint64 {
+	if !p.hasView || view != p.view.ID {
+		return 0
+	}
+	if _, in := p.viewPos[requester]; !in {
+		return 0
+	}
+	return p.stablePoint
 }
 
 // repairRange adds s's held messages in rg to r, skipping those repaired
