@@ -25,6 +25,8 @@ type scenario struct {
 	partSize        int
 	partAt, partEnd time.Duration
 	settleBy        time.Duration // virtual time by which everything must be delivered and purged
+	// stableInterval is nakack's StableInterval (0: the default).
+	stableInterval time.Duration
 }
 
 func (sc scenario) String() string {
@@ -32,6 +34,12 @@ func (sc scenario) String() string {
 		sc.seed, sc.members, sc.senders, sc.net.SharedLoss, sc.net.Loss, sc.net.Duplicate, sc.net.Reorder, sc.net.Jitter, sc.sendWindow, sc.unicastNaks)
 	for i, t := range sc.traffic {
 		s += fmt.Sprintf(", sender %d: %d msgs of %d-%d bytes", i, t.Count, t.MinSize, t.MaxSize)
+	}
+	if sc.net.ReorderDelay > 0 {
+		s += fmt.Sprintf(", reorder delay %v", sc.net.ReorderDelay)
+	}
+	if sc.stableInterval > 0 {
+		s += fmt.Sprintf(", stable interval %v", sc.stableInterval)
 	}
 	if sc.partEnd > sc.partAt {
 		s += fmt.Sprintf(", partition of the first %d members from %v to %v", sc.partSize, sc.partAt, sc.partEnd)
@@ -45,7 +53,14 @@ func (sc scenario) String() string {
 // (in one scenario out of five up to 20000 bytes: fragmented); in half the
 // scenarios a small send window (64 or 128 messages) so that senders are
 // back-pressured until stability purges; in one out of five unicast
-// requests; in one out of six a partition that heals.
+// requests; in one out of six a partition that heals. In one out of four
+// the reordered copies are held 5-30ms (a datagram left in one socket
+// while its receiver drains another), and in one out of four members
+// report stability every 2-10ms: together they let a request, the data it
+// asks for and a whole stability round overtake each other (a request
+// that reaches its sender after its requester's STABLE made what it asks
+// for stable). These draws come last, so the earlier parameters of a seed
+// do not change with them.
 func newScenario(seed uint64) scenario {
 	rng := rand.New(rand.NewPCG(seed, 0x5ce9a410))
 	sc := scenario{seed: seed, members: 3 + rng.IntN(5)}
@@ -82,6 +97,12 @@ func newScenario(seed uint64) scenario {
 		sc.partAt = time.Duration(10+rng.IntN(200)) * time.Millisecond
 		sc.partEnd = sc.partAt + time.Duration(50+rng.IntN(1000))*time.Millisecond
 	}
+	if rng.IntN(4) == 0 {
+		sc.net.ReorderDelay = time.Duration(5+rng.IntN(26)) * time.Millisecond
+	}
+	if rng.IntN(4) == 0 {
+		sc.stableInterval = time.Duration(2+rng.IntN(9)) * time.Millisecond
+	}
 	sc.settleBy = 60 * time.Second
 	return sc
 }
@@ -101,6 +122,7 @@ func runScenario(sc scenario) (*Group, error) {
 				}
 			}
 			cfg.UnicastNaks = sc.unicastNaks
+			cfg.StableInterval = sc.stableInterval
 		}})
 	if err != nil {
 		return nil, err
