@@ -114,7 +114,7 @@ func newWGScenario(seed uint64) wgScenario {
 			maxSize = 8 + r.IntN(20000)
 		}
 		sc.senders = append(sc.senders, uint64(id+1))
-		sc.traffic = append(sc.traffic, members.Traffic{Count: 100 + r.IntN(301), MaxSize: maxSize,
+		sc.traffic = append(sc.traffic, members.Traffic{Count: 100 + r.IntN(301), MinSize: 8, MaxSize: maxSize,
 			Interval: time.Duration(1+r.IntN(5)) * time.Millisecond, Stop: sc.chaos})
 	}
 	alive := map[uint64]bool{}
