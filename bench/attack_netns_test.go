@@ -47,28 +47,45 @@ func TestNetnsAttack(t *testing.T) {
 	}
 }
 
-func attackRun(t *testing.T, keyed bool) {
+// lossyGroup sets up n network namespaces (veth MTU 1500) in which 30% of
+// member 0's datagrams are dropped at members 1 and 2 (nftables), and
+// returns them with the test binary's path; the caller closes them.
+func lossyGroup(ctx context.Context, t *testing.T, n int) (*Netns, string) {
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	ns, err := SetupNetns(ctx, 4, 1500)
+	ns, err := SetupNetns(ctx, n, 1500)
 	require.NoError(t, err)
-	defer ns.Close()
 	for i := 1; i <= 2; i++ {
-		require.NoError(t, ns.InjectLoss(ctx, i, ns.Addrs[0], 30))
+		if err := ns.InjectLoss(ctx, i, ns.Addrs[0], 30); err != nil {
+			ns.Close()
+			t.Fatal(err)
+		}
 	}
-	att := startAttacker(t, ns, exe)
-	defer att.kill()
-	start := time.Now()
-	// RunNetns generates a group key unless told Insecure (open mode).
-	rs, runErr := RunNetns(ctx, NetnsRunConfig{
-		Member:   MemberConfig{Members: 3, MsgSize: 200, Duration: 8 * time.Second, Timeout: 2 * time.Minute, Insecure: !keyed},
+	return ns, exe
+}
+
+// runLossyGroup runs three member processes of the test binary exe in the
+// first three namespaces of ns, member 0 sending 200-byte messages for d;
+// RunNetns generates a group key unless insecure (open mode).
+func runLossyGroup(ctx context.Context, t *testing.T, ns *Netns, exe string, d time.Duration, insecure bool) ([]MemberResult, error) {
+	return RunNetns(ctx, NetnsRunConfig{
+		Member:   MemberConfig{Members: 3, MsgSize: 200, Duration: d, Timeout: 2 * time.Minute, Insecure: insecure},
 		Netns:    ns,
 		Exe:      []string{exe},
 		Env:      []string{memberEnv + "=1"},
 		Progress: func(s string) { t.Log(s) },
 	})
+}
+
+func attackRun(t *testing.T, keyed bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	ns, exe := lossyGroup(ctx, t, 4)
+	defer ns.Close()
+	att := startAttacker(t, ns, exe)
+	defer att.kill()
+	start := time.Now()
+	rs, runErr := runLossyGroup(ctx, t, ns, exe, 8*time.Second, !keyed)
 	elapsed := time.Since(start)
 	rep := att.stop(t)
 	require.NoError(t, runErr)

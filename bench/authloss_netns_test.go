@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -22,23 +21,11 @@ func TestNetnsKeyedLossRefusesNothing(t *testing.T) {
 	if err := CheckNft(); err != nil {
 		t.Skipf("skipping: %v (.ci/run installs it)", err)
 	}
-	exe, err := os.Executable()
-	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	ns, err := SetupNetns(ctx, 3, 1500)
-	require.NoError(t, err)
+	ns, exe := lossyGroup(ctx, t, 3)
 	defer ns.Close()
-	for i := 1; i <= 2; i++ {
-		require.NoError(t, ns.InjectLoss(ctx, i, ns.Addrs[0], 30))
-	}
-	rs, err := RunNetns(ctx, NetnsRunConfig{
-		Member:   MemberConfig{Members: 3, MsgSize: 200, Duration: 6 * time.Second, Timeout: 2 * time.Minute},
-		Netns:    ns,
-		Exe:      []string{exe},
-		Env:      []string{memberEnv + "=1"},
-		Progress: func(s string) { t.Log(s) },
-	})
+	rs, err := runLossyGroup(ctx, t, ns, exe, 6*time.Second, false)
 	require.NoError(t, err)
 	require.Empty(t, Verify(rs), "delivery exact and complete")
 	var repaired uint64
