@@ -38,7 +38,7 @@ func (a *agent) admit(h wire.Header, d, body []byte, src netip.AddrPort, now tim
 		a.hold(h.Sender, src, d, now)
 		return false
 	}
-	if m.g != nil && gms.IsMembership(h.Type) {
+	if m.dynamic() && gms.IsMembership(h.Type) {
 		return true // a peer outside the view may discover, join or merge: gms decides
 	}
 	m.ctr.dropNotMember.Add(1)

@@ -70,10 +70,9 @@ type agent struct {
 	// it last refused (or flow control held): with ThreadingDedicated the
 	// receiver goroutine wakes the sender only once one of them moved.
 	fullLow, fullRecv uint64
-	lingerUntil       time.Duration // drained: exit at this time
 	bundleAt          time.Duration // when the open bundle got its first message
 
-	// membership (dynamic membership only)
+	// membership
 	started   atomic.Bool // the goroutine was started
 	viewSize  int
 	inTick    bool                      // inside gms Tick (see Member.newProtocol)
@@ -435,17 +434,15 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 			}
 		}
 	}
-	if g != nil {
-		// Membership timers (heartbeats, failure detection, view-change
-		// and join retries) before sending: a rejoin may replace the
-		// protocol.
-		if g.NextDeadline() <= now {
-			a.inTick = true
-			g.Tick(now)
-			a.inTick = false
-		}
-		a.afterGMS(now)
+	// Membership timers (heartbeats, failure detection, view-change and
+	// join retries, a fixed view's linger) before sending: a rejoin may
+	// replace the protocol.
+	if g.NextDeadline() <= now {
+		a.inTick = true
+		g.Tick(now)
+		a.inTick = false
 	}
+	a.afterGMS(now)
 	p := m.proto
 	if p == nil {
 		// Not in a view (joining, or excluded and rejoining): messages
@@ -505,18 +502,13 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 
 	// 5. Outbox to the write batch.
 	a.takeOutbox(&a.rw)
-	if g != nil {
-		a.queueGMS(&a.rw)
-	}
+	a.queueGMS(&a.rw)
 
 	if now >= a.lagCheckAt {
 		a.housekeep(now)
 	}
 	a.noteLag(p)
-	deadline = min(p.NextDeadline(), a.lagCheckAt)
-	if g != nil {
-		deadline = min(deadline, g.NextDeadline())
-	}
+	deadline = min(p.NextDeadline(), a.lagCheckAt, g.NextDeadline())
 	if work > 0 {
 		a.lastTraffic = now
 	} else if now-a.lastTraffic > idleAfter {
@@ -528,9 +520,11 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	if a.unflushed && m.cfg.BundleDelay > 0 {
 		deadline = min(deadline, a.bundleAt+m.cfg.BundleDelay)
 	}
-	if closing && g != nil && a.pendI == a.pendN && m.q.pub.Len() == 0 && !a.unflushed {
-		// Dynamic membership: once everything is stable, leave through
-		// gms (the others stop counting on us at once); done on Left.
+	if closing && a.pendI == a.pendN && m.q.pub.Len() == 0 && !a.unflushed {
+		// Once everything is stable, leave (gms: the others stop counting
+		// on us at once; a fixed view lingers a few stability rounds, so
+		// that a member that missed the last STABILITY or a repair gets
+		// another); done on Left.
 		switch {
 		case a.leaveSent:
 			finished = a.left
@@ -543,21 +537,6 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 			finished = finished || a.left
 			a.queueGMS(&a.rw)
 			deadline = min(deadline, g.NextDeadline())
-		}
-	} else if closing && a.pendI == a.pendN && m.q.pub.Len() == 0 && !a.unflushed {
-		switch {
-		case a.lingerUntil > 0:
-			finished = now >= a.lingerUntil
-		case p.Drained():
-			// Everything known is stable. Stay a few stability rounds
-			// longer so that a member that missed the last STABILITY (or
-			// a repair) gets another: with static membership there is no
-			// leave message telling the others to stop counting on us.
-			a.lingerUntil = now + closeLingerRounds*m.cfg.StableInterval
-			m.drained.Store(true)
-		}
-		if a.lingerUntil > 0 {
-			deadline = min(deadline, a.lingerUntil)
 		}
 	}
 	return work, deadline, finished
@@ -589,19 +568,17 @@ func (a *agent) receiveOne(i int, now time.Duration) {
 	if !a.admit(h, b.B[:n], body, a.srcs[i], now) {
 		return // counted; the buffer stays in its slot
 	}
-	if m.g != nil {
-		if gms.IsMembership(h.Type) {
-			// gms copies what it keeps: the buffer stays in its slot.
-			m.ctr.membershipIn.Add(1)
-			if err := m.g.Receive(b.B[:n], now); err != nil {
-				m.ctr.dropMalformed.Add(1)
-			}
-			return
+	if gms.IsMembership(h.Type) {
+		// gms copies what it keeps: the buffer stays in its slot.
+		m.ctr.membershipIn.Add(1)
+		if err := m.g.Receive(b.B[:n], now); err != nil {
+			m.ctr.dropMalformed.Add(1)
 		}
-		if m.proto == nil {
-			m.ctr.dropNotJoined.Add(1)
-			return
-		}
+		return
+	}
+	if m.proto == nil {
+		m.ctr.dropNotJoined.Add(1)
+		return
 	}
 	a.rbufs[i] = nil
 	b.N = n
@@ -632,7 +609,7 @@ func (a *agent) drainSend(now time.Duration) int {
 	p := m.proto
 	work := 0
 	a.sending = false
-	if m.g != nil && m.g.Status() != gms.StatusMember {
+	if m.g.Status() != gms.StatusMember {
 		return 0 // leaving: nothing more goes out
 	}
 	for {
@@ -757,7 +734,7 @@ func (a *agent) sendDirect(pls [][]byte) int {
 	if p == nil || a.pendI != a.pendN || m.q.pub.Len() != 0 || len(p.Outbox()) >= a.burst {
 		return 0
 	}
-	if m.g != nil && m.g.Status() != gms.StatusMember {
+	if m.g.Status() != gms.StatusMember {
 		return 0
 	}
 	now := a.lastNow
@@ -1060,7 +1037,7 @@ const lagCheckInterval = 100 * time.Millisecond
 // unbound static members for their address.
 func (a *agent) housekeep(now time.Duration) {
 	a.lagCheckAt = now + lagCheckInterval
-	if a.m.g != nil {
+	if a.m.dynamic() {
 		a.pruneRoutes()
 	} else {
 		a.probeGroup()

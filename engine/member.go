@@ -33,9 +33,9 @@ type Member struct {
 	// lastProto is the last incarnation's protocol once dropped (Stats
 	// after Close or while rejoining). Guarded by mu.
 	lastProto *nakack.Protocol
-	// g is the membership state machine (nil with static membership),
-	// view its installed view; both guarded by mu.
-	g     *gms.GMS
+	// g is the membership state machine (gms; a fixed view with static
+	// membership), view its installed view; both guarded by mu.
+	g     membership
 	view  gms.View
 	selfV atomic.Value // digest.Member: the current incarnation
 	// joined is set by the first installed view; joinCh carries the join's
@@ -140,49 +140,25 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 		tr.Close()
 		return nil, fmt.Errorf("open: %w", err)
 	}
-	if cfg.Members == nil {
-		if m.g, err = m.newGMS(); err != nil {
-			tr.Close()
-			return nil, fmt.Errorf("open: membership: %w", err)
-		}
-		m.ag.init(m)
-		m.log.l.Debug("member joining", "group", tr.Group().String(), "local", tr.LocalAddr().String(),
-			"idle", cfg.Idle.String(), "max_datagram", cfg.MaxDatagram)
-		if err := m.join(ctx); err != nil {
-			m.abort()
-			return nil, fmt.Errorf("open: %w", err)
-		}
-		if err := m.handOver(); err != nil {
-			m.abort()
-			return nil, fmt.Errorf("open: %w: %w", ErrJoinFailed, err)
-		}
-		return m, nil
-	}
-	stableIval := cfg.StableInterval
-	if cfg.Self == cfg.Members[0] {
-		// The coordinator's own STABLE is a local fold (no datagram), and
-		// a round completes only once it is in: a short interval here lets
-		// a round end as soon as the last member's STABLE arrives instead
-		// of at the coordinator's next 10ms tick, which would stall a
-		// sender whose window is full. Costs the coordinator one fold per
-		// millisecond.
-		stableIval = min(stableIval, coordStableInterval)
-	}
-	m.proto, err = m.newNakack(cfg.Self, stableIval)
-	if err != nil {
+	if m.g, err = m.newMembership(); err != nil {
 		tr.Close()
-		return nil, fmt.Errorf("open: protocol: %w", err)
+		return nil, fmt.Errorf("open: membership: %w", err)
 	}
 	m.ag.init(m)
-	m.ag.viewSize = len(cfg.Members)
-	m.ag.routes.setStatic(cfg.Members, cfg.MemberAddrs)
-	m.ag.probeGroup()
-	view := nakack.View{ID: digest.ViewID{Coord: cfg.Members[0], Counter: 1}, Members: cfg.Members}
-	m.proto.InstallView(view, digest.Digest{}, 0)
-	m.events.push(Event{Kind: EventView, View: view.ID, Members: append([]digest.Member(nil), cfg.Members...)})
-	m.log.l.Debug("member open", "group", tr.Group().String(), "local", tr.LocalAddr().String(),
+	if !m.dynamic() {
+		m.ag.routes.setStatic(cfg.Members, cfg.MemberAddrs)
+		m.ag.probeGroup()
+	}
+	m.log.l.Debug("member joining", "group", tr.Group().String(), "local", tr.LocalAddr().String(),
 		"members", len(cfg.Members), "idle", cfg.Idle.String(), "max_datagram", cfg.MaxDatagram)
-	m.startAgent()
+	if err := m.join(ctx); err != nil {
+		m.abort()
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	if err := m.handOver(); err != nil {
+		m.abort()
+		return nil, fmt.Errorf("open: %w: %w", ErrJoinFailed, err)
+	}
 	return m, nil
 }
 
@@ -191,11 +167,11 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 func (m *Member) Self() digest.Member { return m.selfV.Load().(digest.Member) }
 
 // startAgent starts the agent goroutine. With ThreadingInvoked it is
-// Open's, run until the join is done (handOver); static membership needs
-// none.
+// Open's, run until the join is done (handOver); none is needed when the
+// join is done already (a fixed view).
 func (m *Member) startAgent() {
 	if m.invoked() {
-		if m.g == nil {
+		if m.joined {
 			return
 		}
 		m.ag.owner.Store(1)
@@ -685,7 +661,8 @@ var pastDeadline = time.Unix(1, 0)
 // wake-up when it is parked).
 func (m *Member) wakeSender() { m.ag.signalSender() }
 
-// coordStableInterval caps the coordinator's STABLE interval (see Open).
+// coordStableInterval caps the coordinator's STABLE interval (see
+// Member.newProtocol).
 const coordStableInterval = time.Millisecond
 
 // lossRNG is the seeded generator of injected receive loss.

@@ -14,13 +14,48 @@ import (
 	"github.com/nakcast/nakcast/nakack"
 )
 
-// This file is the glue between the agent and gms (dynamic membership):
-// the gms configuration, the protocol factory (a fresh nakack per
-// incarnation), the listener that turns gms events into engine events and
-// Open's join and state-transfer waits. gms decides; the engine only
-// routes datagrams, drives its timers and sends its outbox.
+// This file is the glue between the agent and membership: the membership
+// state machine (gms for dynamic membership, a fixed-view gms.Fixed for a
+// static member list: one path through the agent either way), the
+// protocol factory (a fresh nakack per incarnation), the listener that
+// turns membership events into engine events and Open's join and
+// state-transfer waits. Membership decides; the engine only routes
+// datagrams, drives its timers and sends its outbox.
 
-// newGMS creates the membership state machine for m.
+// membership is what the agent drives: a *gms.GMS, or a *gms.Fixed for
+// static membership.
+type membership interface {
+	Join(now time.Duration) error
+	Leave(now time.Duration) error
+	RequestState(now time.Duration) error
+	Receive(b []byte, now time.Duration) error
+	Tick(now time.Duration)
+	NextDeadline() time.Duration
+	Outbox() []gms.Outgoing
+	ClearOutbox()
+	Status() gms.Status
+	Stats() gms.Stats
+}
+
+// dynamic reports whether membership is dynamic (gms), not a fixed view.
+func (m *Member) dynamic() bool { return m.cfg.Members == nil }
+
+// newMembership creates the membership state machine for m: gms, or a
+// fixed view of Config.Members whose departure lingers closeLingerRounds
+// stability intervals (see gms.Fixed).
+func (m *Member) newMembership() (membership, error) {
+	if m.dynamic() {
+		return m.newGMS()
+	}
+	v := gms.View{ID: digest.ViewID{Coord: m.cfg.Members[0], Counter: 1}}
+	for _, id := range m.cfg.Members {
+		v.Members = append(v.Members, gms.Peer{Member: id})
+	}
+	return gms.NewFixed(gms.FixedConfig{Self: m.cfg.Self, View: v, NewProtocol: m.newProtocol,
+		Listener: (*listener)(m), Linger: closeLingerRounds * m.cfg.StableInterval})
+}
+
+// newGMS creates the dynamic membership state machine for m.
 func (m *Member) newGMS() (*gms.GMS, error) {
 	cfg := m.cfg
 	var hosts []string
@@ -95,16 +130,21 @@ func repairBurst(cfg Config, datagram int) int {
 
 // newProtocol is gms's Config.NewProtocol: a fresh nakack for the
 // incarnation self (its seqnos restart at 1). Called by the agent under the
-// lock, inside a gms entry point. A protocol created during Tick is the
-// founder's (gms founds a group from its join timer; a JoinRsp arrives in
-// Receive): the founder coordinates, and gets the coordinator's short
-// STABLE interval (see Open). A member that becomes coordinator later (the
+// lock, inside a membership entry point. The coordinator of its first view
+// gets a short STABLE interval: its own STABLE is a local fold (no
+// datagram), and a round completes only once it is in, so a round ends as
+// soon as the last member's STABLE arrives instead of at the coordinator's
+// next StableInterval tick, which would stall a sender whose window is
+// full; it costs the coordinator one fold per millisecond. That is the
+// first of a fixed view, and a dynamic group's founder: a protocol created
+// during gms's Tick (gms founds a group from its join timer; a JoinRsp
+// arrives in Receive). A member that becomes coordinator later (the
 // coordinator left or failed) keeps StableInterval.
 func (m *Member) newProtocol(self digest.Member, now time.Duration) (gms.Protocol, error) {
 	a := &m.ag
 	m.dropProtocol()
 	ival := m.cfg.StableInterval
-	if a.inTick {
+	if a.inTick || (!m.dynamic() && self == m.cfg.Members[0]) {
 		ival = min(ival, coordStableInterval)
 	}
 	p, err := m.newNakack(self, ival)
@@ -171,7 +211,9 @@ func (l *listener) ViewInstalled(v gms.View) {
 	a := &m.ag
 	m.view = v
 	a.viewSize = len(v.Members)
-	a.routeView(v)
+	if m.dynamic() {
+		a.routeView(v) // a fixed view's routes are static (Open)
+	}
 	m.events.push(Event{Kind: EventView, View: v.ID, Members: v.IDs()})
 	m.log.l.Debug("view installed", "view", v.String())
 	if !m.joined {
@@ -253,9 +295,9 @@ func (s stateApp) SetState(b []byte) error {
 	return s.m.cfg.SetState(bytes.NewReader(b))
 }
 
-// join starts the agent on a gms member and waits until the join's view
-// and digest are installed (and, with FetchState, the state), ctx ends or
-// the join gives up.
+// join starts the agent and waits until the join's view and digest are
+// installed (and, with FetchState, the state), ctx ends or the join gives
+// up. A fixed view is installed by Join itself.
 func (m *Member) join(ctx context.Context) error {
 	m.mu.Lock()
 	err := m.g.Join(m.now())
@@ -301,12 +343,9 @@ func (m *Member) join(ctx context.Context) error {
 
 // View returns the installed view: its id and members, coordinator first
 // (the static view with static membership; the zero id and nil between an
-// exclusion and the rejoin).
+// exclusion and the rejoin, and after Close).
 func (m *Member) View() (digest.ViewID, []digest.Member) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.g == nil {
-		return m.proto.View().ID, append([]digest.Member(nil), m.proto.View().Members...)
-	}
 	return m.view.ID, m.view.IDs()
 }

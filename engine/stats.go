@@ -260,7 +260,7 @@ func (m *Member) Stats() Stats {
 		}
 	}
 	var gs gms.Stats
-	if m.g != nil {
+	if m.dynamic() {
 		gs = m.g.Stats()
 	}
 	as := m.authStats()
