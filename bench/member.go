@@ -234,12 +234,6 @@ func (c MemberConfig) engineConfig(h engine.Handler) engine.Config {
 	}
 }
 
-// Range is an inclusive range of seqnos.
-type Range struct {
-	From uint64 `json:"from"`
-	To   uint64 `json:"to"`
-}
-
 // Latency summarises a latency histogram (send time in the payload to
 // delivery), in nanoseconds. HDR is the whole histogram in the HdrHistogram
 // V2 compressed encoding, base64, so that runs can be merged exactly.
@@ -323,8 +317,8 @@ type SenderResult struct {
 	OutOfOrder int64 `json:"out_of_order"`
 	// Lost are the lost ranges reported (must be empty without crashes or
 	// partitions); LostMsgs their total size.
-	Lost     []Range `json:"lost"`
-	LostMsgs int64   `json:"lost_msgs"`
+	Lost     []digest.Range `json:"lost"`
+	LostMsgs int64          `json:"lost_msgs"`
 	// Complete says the sender's last message was delivered.
 	Complete bool `json:"complete"`
 	// FirstSendNs is the send time carried by the first message delivered
@@ -525,7 +519,7 @@ func (h *memberHandler) complete(st *recvState) {
 // Lost implements engine.Handler.
 func (h *memberHandler) Lost(sender digest.Member, from, to uint64) {
 	if st := h.state(sender); st != nil {
-		st.res.Lost = append(st.res.Lost, Range{from, to})
+		st.res.Lost = append(st.res.Lost, digest.Range{From: from, To: to})
 		st.res.LostMsgs += int64(to - from + 1)
 	}
 }
@@ -672,7 +666,7 @@ wait:
 		}
 		r.Latency = Summarize(st.hist, true)
 		if r.Lost == nil {
-			r.Lost = []Range{}
+			r.Lost = []digest.Range{}
 		}
 		res.Complete = res.Complete && r.Complete
 		res.Senders = append(res.Senders, r)

@@ -154,7 +154,7 @@ func TestRunGroupDurationAndCancel(t *testing.T) {
 
 func TestVerifyFindsDifferences(t *testing.T) {
 	ok := func() []MemberResult {
-		s := SenderResult{Sender: 1, Index: 0, Delivered: 10, FirstSeq: 1, LastSeq: 10, Hash: "aa", Complete: true, Lost: []Range{}}
+		s := SenderResult{Sender: 1, Index: 0, Delivered: 10, FirstSeq: 1, LastSeq: 10, Hash: "aa", Complete: true, Lost: []digest.Range{}}
 		return []MemberResult{
 			{Schema: MemberSchema, Index: 0, Role: "send", Sent: 10, Senders: []SenderResult{s}},
 			{Schema: MemberSchema, Index: 1, Role: "receive", Senders: []SenderResult{s}},
@@ -169,7 +169,7 @@ func TestVerifyFindsDifferences(t *testing.T) {
 		{"hash", func(rs []MemberResult) { rs[1].Senders[0].Hash = "bb" }, "hash"},
 		{"count", func(rs []MemberResult) { rs[1].Senders[0].Delivered, rs[1].Senders[0].LastSeq = 9, 9 }, "delivered 9"},
 		{"incomplete", func(rs []MemberResult) { rs[1].Senders[0].Complete = false }, "last message"},
-		{"lost", func(rs []MemberResult) { rs[1].Senders[0].Lost = []Range{{3, 4}} }, "lost"},
+		{"lost", func(rs []MemberResult) { rs[1].Senders[0].Lost = []digest.Range{{From: 3, To: 4}} }, "lost"},
 		{"order", func(rs []MemberResult) { rs[1].Senders[0].OutOfOrder = 1 }, "out of order"},
 		{"missing", func(rs []MemberResult) { rs[1] = MemberResult{Index: 1} }, "no result"},
 		{"error", func(rs []MemberResult) { rs[1].Error = "boom" }, "boom"},

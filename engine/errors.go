@@ -1,6 +1,10 @@
 package engine
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/nakcast/nakcast/nakack"
+)
 
 // Sentinel errors callers branch on with errors.Is.
 var (
@@ -10,8 +14,10 @@ var (
 	// ErrBackPressure is returned by TrySend and TryClaim when the
 	// publication ring has no room: the agent has not drained it yet, or
 	// the protocol's retention window is full until stability purges it.
-	// It is the Aeron offer() contract: retry later, or use Send.
-	ErrBackPressure = errors.New("engine: back-pressure")
+	// It is the Aeron offer() contract: retry later, or use Send. It is
+	// nakack.ErrBackPressure, the protocol's own, so one errors.Is test
+	// covers both causes.
+	ErrBackPressure = nakack.ErrBackPressure
 	// ErrClosed is returned by calls on a member that is closing or closed.
 	ErrClosed = errors.New("engine: member closed")
 	// ErrPushMode is returned by Receive on a member with a Handler: its

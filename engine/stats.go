@@ -244,7 +244,7 @@ func (m *Member) Stats() Stats {
 	m.mu.Lock()
 	var ps nakack.Stats
 	var d digest.Digest
-	var view nakack.View
+	var view digest.View
 	var lags []nakack.PeerLag
 	now := m.now()
 	p := m.proto

@@ -216,7 +216,7 @@ func TestCutRefixedWhenItsHolderGoes(t *testing.T) {
 			for _, n := range []*realNode{a, c} {
 				_, open := n.p().WindowState(dm)
 				require.False(t, open, "node %d", n.id)
-				require.Equal(t, []Range{{x, x}}, n.app.lost[dm], "node %d: x reported lost", n.id)
+				require.Equal(t, []Range{{From: x, To: x}}, n.app.lost[dm], "node %d: x reported lost", n.id)
 			}
 			require.Equal(t, *a.app.state[dm], *c.app.state[dm], "same prefix of D")
 			h.noErrors()

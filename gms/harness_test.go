@@ -55,7 +55,7 @@ func (a *fakeApp) lostRange(m digest.Member, from, to uint64) {
 	st := a.fold(m, from)
 	st.last = to
 	st.hash = st.hash*31 + to - from + 1
-	a.lost[m] = append(a.lost[m], Range{from, to})
+	a.lost[m] = append(a.lost[m], Range{From: from, To: to})
 }
 
 func (a *fakeApp) resync(*fakeProto) {}

@@ -81,7 +81,7 @@ func TestMergeBeforeCutClosedReal(t *testing.T) {
 				mc := n.g.mcuts[cm]
 				require.NotNil(t, mc, "seed %d node %d: no cut of C applied by the heal\n%s", seed, n.id, h.dump())
 				require.Equal(t, last, mc.cut, "seed %d node %d", seed, n.id)
-				require.Equal(t, []Range{{k, k + 2}}, mc.lost, "seed %d node %d: the cut declares k..k+2 lost", seed, n.id)
+				require.Equal(t, []Range{{From: k, To: k + 2}}, mc.lost, "seed %d node %d: the cut declares k..k+2 lost", seed, n.id)
 				_, open := n.p().WindowState(cm)
 				require.True(t, open, "seed %d node %d: C's window closed before the merge", seed, n.id)
 			}

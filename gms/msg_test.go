@@ -44,8 +44,8 @@ func sampleMsgs() []*msg {
 		{typ: typeMergeRsp, kind: 1, id: 3},
 		{typ: typeMergeDone, id: 3},
 		{typ: typeCutReq, view: v.ID, member: mC},
-		(&msg{typ: typeCutReport, view: v.ID, member: mC, a: 4, b: 20, c: 1}).withRanges([]Range{{5, 6}, {9, 20}}),
-		(&msg{typ: typeCut, view: v.ID, member: mC, a: 20}).withRanges([]Range{{7, 8}}),
+		(&msg{typ: typeCutReport, view: v.ID, member: mC, a: 4, b: 20, c: 1}).withRanges([]Range{{From: 5, To: 6}, {From: 9, To: 20}}),
+		(&msg{typ: typeCut, view: v.ID, member: mC, a: 20}).withRanges([]Range{{From: 7, To: 8}}),
 		{typ: typeCut, kind: 1, view: v.ID, member: mC},
 		{typ: typeCutAck, view: v.ID, member: mC},
 		(&msg{typ: typeStateReq, id: 99}).withAddr("c"),
@@ -91,7 +91,7 @@ func TestMsgRoundTrip(t *testing.T) {
 }
 
 func TestMsgDecodeRejects(t *testing.T) {
-	good, err := (&msg{typ: typeCut, member: mC, a: 3}).withRanges([]Range{{1, 2}}).encode(7, mA)
+	good, err := (&msg{typ: typeCut, member: mC, a: 3}).withRanges([]Range{{From: 1, To: 2}}).encode(7, mA)
 	require.NoError(t, err)
 	mut := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
 	for _, tc := range []struct {
@@ -121,7 +121,7 @@ func TestMsgDecodeRejects(t *testing.T) {
 	binary.LittleEndian.PutUint16(newer[22:], wire.HeaderLen+FixedLen+2)
 	m, err := decode(newer, 7)
 	require.NoError(t, err)
-	require.Equal(t, []Range{{1, 2}}, m.ranges)
+	require.Equal(t, []Range{{From: 1, To: 2}}, m.ranges)
 }
 
 // FuzzDecode: decode never panics, and what it accepts re-encodes to a

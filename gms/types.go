@@ -114,8 +114,8 @@ func (v View) validate() error {
 	return nil
 }
 
-// Range is an inclusive range of seqnos.
-type Range struct{ From, To uint64 }
+// Range is digest.Range: an inclusive range of seqnos.
+type Range = digest.Range
 
 // Protocol is what gms needs from the reliable-multicast layer (nakack). gms
 // calls it from the goroutine that drives gms, never concurrently.

@@ -335,12 +335,9 @@ func (c *Config) securityDefaults() error {
 	return nil
 }
 
-// View is a membership view as nakack needs it: its id and its members in
-// view order, the coordinator first.
-type View struct {
-	ID      digest.ViewID
-	Members []digest.Member
-}
+// View is digest.View: a view's id and its members in view order, the
+// coordinator first.
+type View = digest.View
 
 // Handler receives deliveries from Poll. Neither method may call back into
 // the Protocol. payload is valid only during the call.

@@ -124,7 +124,7 @@ func (w *mapWindow[T]) NextGap(after uint64) (Range, bool) {
 			}
 			to++
 		}
-		return Range{s, to}, true
+		return Range{From: s, To: to}, true
 	}
 	return Range{}, false
 }

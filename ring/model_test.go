@@ -78,7 +78,7 @@ func (m *model) skipLost() (Range, bool) {
 	for m.lost[m.delivered+1] {
 		m.delivered++
 	}
-	return Range{from, m.delivered}, m.delivered >= from
+	return Range{From: from, To: m.delivered}, m.delivered >= from
 }
 
 func (m *model) markLost(from, to uint64) int {
@@ -138,7 +138,7 @@ func (m *model) gaps() []Range {
 		if n := len(gs); n > 0 && gs[n-1].To == s-1 {
 			gs[n-1].To = s
 		} else {
-			gs = append(gs, Range{s, s})
+			gs = append(gs, Range{From: s, To: s})
 		}
 	}
 	return gs

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/bits"
 	"strconv"
+
+	"github.com/nakcast/nakcast/digest"
 )
 
 // Errors callers may branch on.
@@ -22,27 +24,8 @@ var (
 // cacheLine separates fields written by different goroutines.
 const cacheLine = 64
 
-// Range is an inclusive range of seqnos [From, To].
-type Range struct{ From, To uint64 }
-
-// Len returns the number of seqnos in r (0 if From > To).
-func (r Range) Len() uint64 {
-	if r.From > r.To {
-		return 0
-	}
-	return r.To - r.From + 1
-}
-
-// String formats r as "[from,to]".
-func (r Range) String() string {
-	b := make([]byte, 0, 42)
-	b = append(b, '[')
-	b = strconv.AppendUint(b, r.From, 10)
-	b = append(b, ',')
-	b = strconv.AppendUint(b, r.To, 10)
-	b = append(b, ']')
-	return string(b)
-}
+// Range is digest.Range: an inclusive range of seqnos [From, To].
+type Range = digest.Range
 
 // AddResult is what Window.Add did with a seqno; callers count them.
 type AddResult uint8

@@ -277,8 +277,8 @@ func TestWindowRemoveBatch(t *testing.T) {
 		{"zero-length dst", 8, 0, []uint64{1}, nil, 0, 1, nil, 0},
 		{"stops at dst length", 8, 0, seqRange(1, 6), nil, 4, 1, seqRange(1, 4), 4},
 		{"stops at a gap", 8, 0, []uint64{1, 2, 4}, nil, 8, 1, seqRange(1, 2), 2},
-		{"stops before lost", 8, 0, []uint64{1, 2, 4}, []Range{{3, 3}}, 8, 1, seqRange(1, 2), 2},
-		{"nothing at a lost seqno", 8, 0, []uint64{2}, []Range{{1, 1}}, 8, 1, nil, 0},
+		{"stops before lost", 8, 0, []uint64{1, 2, 4}, []Range{{From: 3, To: 3}}, 8, 1, seqRange(1, 2), 2},
+		{"nothing at a lost seqno", 8, 0, []uint64{2}, []Range{{From: 1, To: 1}}, 8, 1, nil, 0},
 		{"wraps the index", 8, 5, seqRange(6, 13), nil, 8, 6, seqRange(6, 13), 8},
 		{"crosses bitmap words", 256, 40, seqRange(41, 200), nil, 256, 41, seqRange(41, 200), 160},
 		{"crosses words and wraps", 128, 100, seqRange(101, 228), nil, 128, 101, seqRange(101, 228), 128},
@@ -375,13 +375,13 @@ func TestWindowGaps(t *testing.T) {
 		want  Range
 		ok    bool
 	}{
-		{0, Range{3, 4}, true},
-		{2, Range{3, 4}, true},
-		{3, Range{4, 4}, true},
-		{4, Range{8, 8}, true},
-		{8, Range{11, 69}, true},
-		{50, Range{51, 69}, true},
-		{71, Range{72, 99}, true},
+		{0, Range{From: 3, To: 4}, true},
+		{2, Range{From: 3, To: 4}, true},
+		{3, Range{From: 4, To: 4}, true},
+		{4, Range{From: 8, To: 8}, true},
+		{8, Range{From: 11, To: 69}, true},
+		{50, Range{From: 51, To: 69}, true},
+		{71, Range{From: 72, To: 99}, true},
 		{99, Range{}, false},
 		{100, Range{}, false},
 		{1000, Range{}, false},
@@ -391,10 +391,10 @@ func TestWindowGaps(t *testing.T) {
 		require.Equal(t, tc.want, g, "after %d", tc.after)
 	}
 
-	all := []Range{{3, 4}, {8, 8}, {11, 69}, {72, 99}}
+	all := []Range{{From: 3, To: 4}, {From: 8, To: 8}, {From: 11, To: 69}, {From: 72, To: 99}}
 	require.Equal(t, all, w.AppendGaps(nil, 0))
 	require.Equal(t, all[:2], w.AppendGaps(nil, 2))
-	pre := []Range{{1, 1}}
+	pre := []Range{{From: 1, To: 1}}
 	require.Equal(t, append(pre, all...), w.AppendGaps(pre, -1))
 	require.Equal(t, 2+1+59+28, w.MissingCount())
 
@@ -406,7 +406,7 @@ func TestWindowGaps(t *testing.T) {
 	require.Equal(t, 0, w.MissingCount())
 	got, lost := drain(t, w)
 	require.Equal(t, append(seqRange(3, 8), seqRange(11, 100)...), got)
-	require.Equal(t, []Range{{9, 10}}, lost)
+	require.Equal(t, []Range{{From: 9, To: 10}}, lost)
 	_, ok := w.NextGap(0)
 	require.False(t, ok)
 }
@@ -414,7 +414,7 @@ func TestWindowGaps(t *testing.T) {
 func TestWindowGapsWrapAndSmallCapacity(t *testing.T) {
 	w := newW(t, 8, 5) // slots wrap at 8, 16
 	addAll(t, w, 6, 9, 13)
-	require.Equal(t, []Range{{7, 8}, {10, 12}}, w.AppendGaps(nil, 0))
+	require.Equal(t, []Range{{From: 7, To: 8}, {From: 10, To: 12}}, w.AppendGaps(nil, 0))
 	require.Equal(t, 5, w.MissingCount())
 	w1 := newW(t, 1, 0)
 	addAll(t, w1, 1)
@@ -446,7 +446,7 @@ func TestWindowMarkLost(t *testing.T) {
 
 	got, lost := drain(t, w)
 	require.Equal(t, append(seqRange(100, 120), seqRange(151, 201)...), got)
-	require.Equal(t, []Range{{51, 99}, {121, 150}}, lost)
+	require.Equal(t, []Range{{From: 51, To: 99}, {From: 121, To: 150}}, lost)
 	state(t, w, 50, 201, 201)
 
 	require.Equal(t, 21+51, w.Purge(201, nil))
@@ -464,13 +464,13 @@ func TestWindowMarkLostEdges(t *testing.T) {
 		gaps     []Range
 	}{
 		{"below delivered is ignored", 1, 4, 1, 6, nil},
-		{"raises received", 8, 12, 5, 12, []Range{{4, 4}, {7, 7}}},
-		{"held entries inside stay", 5, 7, 1, 7, []Range{{4, 4}}},
-		{"all held", 5, 6, 0, 6, []Range{{4, 4}}},
-		{"clipped at capacity", 10, 40, 7, 16, []Range{{4, 4}, {7, 9}}},
-		{"wholly beyond capacity", 20, 40, 0, 6, []Range{{4, 4}}},
-		{"empty range", 9, 8, 0, 6, []Range{{4, 4}}},
-		{"wholly delivered", 1, 3, 0, 6, []Range{{4, 4}}},
+		{"raises received", 8, 12, 5, 12, []Range{{From: 4, To: 4}, {From: 7, To: 7}}},
+		{"held entries inside stay", 5, 7, 1, 7, []Range{{From: 4, To: 4}}},
+		{"all held", 5, 6, 0, 6, []Range{{From: 4, To: 4}}},
+		{"clipped at capacity", 10, 40, 7, 16, []Range{{From: 4, To: 4}, {From: 7, To: 9}}},
+		{"wholly beyond capacity", 20, 40, 0, 6, []Range{{From: 4, To: 4}}},
+		{"empty range", 9, 8, 0, 6, []Range{{From: 4, To: 4}}},
+		{"wholly delivered", 1, 3, 0, 6, []Range{{From: 4, To: 4}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newW(t, 16, 0)
@@ -492,7 +492,7 @@ func TestWindowRewind(t *testing.T) {
 	addAll(t, w, 13)
 	got, lost := drain(t, w)
 	require.Equal(t, append(seqRange(1, 10), 13), got)
-	require.Equal(t, []Range{{11, 12}}, lost)
+	require.Equal(t, []Range{{From: 11, To: 12}}, lost)
 	require.Equal(t, 2, w.Purge(2, nil))
 
 	require.ErrorIs(t, w.Rewind(14), ErrRange, "forward is Skip's job")
@@ -503,7 +503,7 @@ func TestWindowRewind(t *testing.T) {
 	state(t, w, 2, 3, 13)
 	got, lost = drain(t, w)
 	require.Equal(t, append(seqRange(4, 10), 13), got, "re-delivered")
-	require.Equal(t, []Range{{11, 12}}, lost, "lost run reported again with the re-delivery")
+	require.Equal(t, []Range{{From: 11, To: 12}}, lost, "lost run reported again with the re-delivery")
 
 	require.NoError(t, w.Rewind(2), "back to low")
 	require.NoError(t, w.Rewind(2), "no-op")
@@ -644,9 +644,9 @@ func TestWindowPurgeZeroesSlots(t *testing.T) {
 }
 
 func TestRangeAndResultStrings(t *testing.T) {
-	require.Equal(t, "[3,9]", Range{3, 9}.String())
-	require.Equal(t, uint64(7), Range{3, 9}.Len())
-	require.Equal(t, uint64(0), Range{9, 3}.Len())
+	require.Equal(t, "[3,9]", Range{From: 3, To: 9}.String())
+	require.Equal(t, uint64(7), Range{From: 3, To: 9}.Len())
+	require.Equal(t, uint64(0), Range{From: 9, To: 3}.Len())
 	for r, s := range map[AddResult]string{Added: "Added", Duplicate: "Duplicate", Old: "Old", Full: "Full", 9: "AddResult(9)"} {
 		require.Equal(t, s, r.String())
 	}

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -106,12 +105,9 @@ func (n *NakackNode) Drain(send func(to digest.Member, datagram []byte)) {
 	n.P.ClearOutbox()
 }
 
-// Send implements Sender; nakack.ErrBackPressure becomes ErrBackPressure.
+// Send implements Sender.
 func (n *NakackNode) Send(payload []byte, now time.Duration) (first, last uint64, err error) {
 	first, err = n.P.Send(payload, now)
-	if errors.Is(err, nakack.ErrBackPressure) {
-		return 0, 0, fmt.Errorf("%w: %w", ErrBackPressure, err)
-	}
 	if err != nil {
 		return 0, 0, err
 	}

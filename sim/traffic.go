@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/nakack"
 )
 
 // ErrBackPressure is what a Sender returns when it cannot take a message
-// now; the traffic generator retries later.
-var ErrBackPressure = errors.New("sim: sender back-pressured")
+// now; the traffic generator retries later. It is nakack.ErrBackPressure.
+var ErrBackPressure = nakack.ErrBackPressure
 
 // Sender is the application-facing send side of a node.
 type Sender interface {

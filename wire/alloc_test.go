@@ -69,7 +69,7 @@ func TestZeroAllocs(t *testing.T) {
 	es := EntrySlice(dg.Entries())
 	xb, err := EncodeXmitReq(make([]byte, 2000), hdr(mB), view1, mA, 50, ranges)
 	require.NoError(t, err)
-	nb, err := EncodeMsgNotFound(make([]byte, 2000), hdr(mA), view1, mB, Range{51, 150}, 150, 201, dg)
+	nb, err := EncodeMsgNotFound(make([]byte, 2000), hdr(mA), view1, mB, Range{From: 51, To: 150}, 150, 201, dg)
 	require.NoError(t, err)
 	nh, nbody, err := DecodeHeader(nb, testGroup)
 	require.NoError(t, err)
@@ -139,10 +139,10 @@ func TestZeroAllocs(t *testing.T) {
 			_, _ = m.Digest.Lookup(digest.Member{ID: 16, Inc: 1})
 		}},
 		{"not-found encode from Digest", func() {
-			_, _ = EncodeMsgNotFound(buf, hdr(mA), view1, mB, Range{51, 150}, 150, 201, dg)
+			_, _ = EncodeMsgNotFound(buf, hdr(mA), view1, mB, Range{From: 51, To: 150}, 150, 201, dg)
 		}},
 		{"not-found encode from DigestView", func() {
-			_, _ = EncodeMsgNotFound(buf, hdr(mA), view1, mB, Range{51, 150}, 150, 201, nf.Digest)
+			_, _ = EncodeMsgNotFound(buf, hdr(mA), view1, mB, Range{From: 51, To: 150}, 150, 201, nf.Digest)
 		}},
 		{"stable encode from EntrySlice", func() { _, _ = EncodeStable(buf, hdr(mA), view1, es) }},
 		{"stability encode+decode", func() {

@@ -95,7 +95,7 @@ func BenchmarkEncodeXmitReq64(b *testing.B) {
 }
 
 func BenchmarkDecodeMsgNotFound16(b *testing.B) {
-	dg, err := EncodeMsgNotFound(make([]byte, 2000), hdr(mA), view1, mB, Range{51, 150}, 150, 201, testDigest(16))
+	dg, err := EncodeMsgNotFound(make([]byte, 2000), hdr(mA), view1, mB, Range{From: 51, To: 150}, 150, 201, testDigest(16))
 	if err != nil {
 		b.Fatal(err)
 	}

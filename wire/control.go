@@ -31,14 +31,8 @@ func MaxDigestEntries(datagram int) int {
 	return max(0, (datagram-MsgNotFoundOverhead)/EntryLen)
 }
 
-// Range is an inclusive range of seqnos [From, To].
-type Range struct{ From, To uint64 }
-
-// Valid reports whether 1 <= From <= To, the only ranges on the wire.
-func (r Range) Valid() bool { return r.From >= 1 && r.From <= r.To }
-
-// Contains reports whether From <= seq <= To.
-func (r Range) Contains(seq uint64) bool { return r.From <= seq && seq <= r.To }
+// Range is digest.Range: an inclusive range of seqnos [From, To].
+type Range = digest.Range
 
 // RangeList is a list of ranges read in place from a datagram.
 type RangeList struct {

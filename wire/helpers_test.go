@@ -252,16 +252,16 @@ func samples() []struct {
 		{"data-repair-of-peer", msg{Header{Group: testGroup, Sender: mB, Flags: FlagRepair}, dataMsg{Origin: mA, First: 151, Msgs: [][]byte{[]byte("x"), nil, []byte("hello")}}}},
 		{"frag", msg{hdr(mA), Frag{Origin: mA, Seq: 12, Index: 2, Count: 4, Total: 4000, Payload: bytes.Repeat([]byte{0x5a}, 1000)}}},
 		{"frag-repair", msg{Header{Group: testGroup, Sender: mA, Flags: FlagRepair}, Frag{Origin: mA, Seq: 1, Index: 0, Count: 2, Total: 3, Payload: []byte("ab")}}},
-		{"xmit-req", msg{hdr(mB), xmitMsg{View: view1, Target: mA, Delivered: 50, Ranges: []Range{{51, 200}, {205, 205}}}}},
-		{"msg-not-found", msg{hdr(mA), notFoundMsg{View: view1, Requester: mB, Missing: Range{51, 150}, Low: 150, HighestSent: 201, Entries: entries}}},
+		{"xmit-req", msg{hdr(mB), xmitMsg{View: view1, Target: mA, Delivered: 50, Ranges: []Range{{From: 51, To: 200}, {From: 205, To: 205}}}}},
+		{"msg-not-found", msg{hdr(mA), notFoundMsg{View: view1, Requester: mB, Missing: Range{From: 51, To: 150}, Low: 150, HighestSent: 201, Entries: entries}}},
 		{"stable", msg{hdr(mB), stableMsg{View: view1, Entries: entries}}},
 		{"stable-empty", msg{hdr(mB), stableMsg{View: view1}}},
 		{"stability", msg{hdr(mA), stabilityMsg{View: view1, Entries: entries}}},
 		{"highest", msg{hdr(mA), Highest{View: view1, Low: 150, Highest: 201}}},
 		{"heartbeat", msg{hdr(mC), Heartbeat{View: view1}}},
-		{"challenge-not-found", msg{hdr(mB), challengeMsg{Type: TypeChallenge, View: view1, Target: mA, Nonce: 0x0123456789abcdef, Kind: ChallengeNotFound, Ranges: []Range{{51, 150}}}}},
+		{"challenge-not-found", msg{hdr(mB), challengeMsg{Type: TypeChallenge, View: view1, Target: mA, Nonce: 0x0123456789abcdef, Kind: ChallengeNotFound, Ranges: []Range{{From: 51, To: 150}}}}},
 		{"challenge-address", msg{hdr(mB), challengeMsg{Type: TypeChallenge, View: view1, Target: mA, Nonce: 7, Kind: ChallengeAddress}}},
-		{"echo-not-found", msg{hdr(mA), challengeMsg{Type: TypeEcho, View: view1, Target: mA, Nonce: 0x0123456789abcdef, Kind: ChallengeNotFound, Ranges: []Range{{51, 99}, {121, 150}}}}},
+		{"echo-not-found", msg{hdr(mA), challengeMsg{Type: TypeEcho, View: view1, Target: mA, Nonce: 0x0123456789abcdef, Kind: ChallengeNotFound, Ranges: []Range{{From: 51, To: 99}, {From: 121, To: 150}}}}},
 	}
 	out := plain
 	for _, p := range plain {
@@ -340,7 +340,7 @@ func randMsg(r *rand.Rand, t Type) msg {
 		if low > highest {
 			low, highest = highest, low
 		}
-		m.Body = notFoundMsg{View: viewID(), Requester: member(), Missing: Range{from, from + r.Uint64N(100)},
+		m.Body = notFoundMsg{View: viewID(), Requester: member(), Missing: Range{From: from, To: from + r.Uint64N(100)},
 			Low: low, HighestSent: highest, Entries: entries()}
 	case TypeStable:
 		m.Body = stableMsg{View: viewID(), Entries: entries()}

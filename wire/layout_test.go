@@ -63,7 +63,7 @@ func TestLayout(t *testing.T) {
 			{44, 4, 3}, {48, 4, 5}, {52, 4, 1000}, {56, 4, 1}, {60, 1, 0xee}})
 	})
 	t.Run("xmit", func(t *testing.T) {
-		b, err := EncodeXmitReq(buf, h, view, origin, 0x88, []Range{{0x10, 0x20}})
+		b, err := EncodeXmitReq(buf, h, view, origin, 0x88, []Range{{From: 0x10, To: 0x20}})
 		require.NoError(t, err)
 		require.Len(t, b, 68+16+TrailerLen)
 		check(t, b, TypeXmitReq, 68, append(viewFields, field{44, 8, origin.ID}, field{52, 4, uint64(origin.Inc)},
@@ -74,7 +74,7 @@ func TestLayout(t *testing.T) {
 		return []field{{off, 8, origin.ID}, {off + 8, 4, uint64(origin.Inc)}, {off + 12, 8, 0xa}, {off + 20, 8, 0xb}, {off + 28, 8, 0xc}}
 	}
 	t.Run("msg-not-found", func(t *testing.T) {
-		b, err := EncodeMsgNotFound(buf, h, view, origin, Range{0x10, 0x20}, 0x30, 0x40, EntrySlice{entry})
+		b, err := EncodeMsgNotFound(buf, h, view, origin, Range{From: 0x10, To: 0x20}, 0x30, 0x40, EntrySlice{entry})
 		require.NoError(t, err)
 		require.Len(t, b, 92+36+TrailerLen)
 		fs := append(viewFields, field{44, 8, origin.ID}, field{52, 4, uint64(origin.Inc)}, field{56, 8, 0x10},
@@ -109,7 +109,7 @@ func TestLayout(t *testing.T) {
 	})
 	t.Run("challenge", func(t *testing.T) {
 		for _, typ := range []Type{TypeChallenge, TypeEcho} {
-			b, err := EncodeChallenge(buf, h, typ, view, origin, 0x8877665544332211, ChallengeNotFound, RangeSlice{{0x10, 0x20}})
+			b, err := EncodeChallenge(buf, h, typ, view, origin, 0x8877665544332211, ChallengeNotFound, RangeSlice{{From: 0x10, To: 0x20}})
 			require.NoError(t, err)
 			require.Len(t, b, 72+16+TrailerLen)
 			check(t, b, typ, 72, append(viewFields, field{44, 8, origin.ID}, field{52, 4, uint64(origin.Inc)},

@@ -324,7 +324,7 @@ func TestEncodeErrors(t *testing.T) {
 	buf := make([]byte, MaxUDPPayload)
 	tooMany := make([]Range, MaxRanges+1)
 	for i := range tooMany {
-		tooMany[i] = Range{1, 1}
+		tooMany[i] = Range{From: 1, To: 1}
 	}
 	es := EntrySlice{{Member: mA}}
 	cases := []struct {
@@ -343,22 +343,28 @@ func TestEncodeErrors(t *testing.T) {
 		}, ErrMalformed},
 		{"xmit too many", func() error { _, err := EncodeXmitReq(buf, hdr(mA), view1, mB, 0, tooMany); return err }, ErrTooManyRanges},
 		{"xmit none", func() error { _, err := EncodeXmitReq(buf, hdr(mA), view1, mB, 0, nil); return err }, ErrMalformed},
-		{"xmit from > to", func() error { _, err := EncodeXmitReq(buf, hdr(mA), view1, mB, 0, []Range{{5, 4}}); return err }, ErrMalformed},
-		{"xmit from 0", func() error { _, err := EncodeXmitReq(buf, hdr(mA), view1, mB, 0, []Range{{0, 4}}); return err }, ErrMalformed},
+		{"xmit from > to", func() error {
+			_, err := EncodeXmitReq(buf, hdr(mA), view1, mB, 0, []Range{{From: 5, To: 4}})
+			return err
+		}, ErrMalformed},
+		{"xmit from 0", func() error {
+			_, err := EncodeXmitReq(buf, hdr(mA), view1, mB, 0, []Range{{From: 0, To: 4}})
+			return err
+		}, ErrMalformed},
 		{"xmit zero target", func() error {
-			_, err := EncodeXmitReq(buf, hdr(mA), view1, digest.Member{}, 0, []Range{{1, 4}})
+			_, err := EncodeXmitReq(buf, hdr(mA), view1, digest.Member{}, 0, []Range{{From: 1, To: 4}})
 			return err
 		}, ErrMalformed},
 		{"not-found low > highest", func() error {
-			_, err := EncodeMsgNotFound(buf, hdr(mA), view1, mB, Range{1, 2}, 5, 4, es)
+			_, err := EncodeMsgNotFound(buf, hdr(mA), view1, mB, Range{From: 1, To: 2}, 5, 4, es)
 			return err
 		}, ErrMalformed},
 		{"not-found bad range", func() error {
-			_, err := EncodeMsgNotFound(buf, hdr(mA), view1, mB, Range{3, 2}, 5, 6, es)
+			_, err := EncodeMsgNotFound(buf, hdr(mA), view1, mB, Range{From: 3, To: 2}, 5, 6, es)
 			return err
 		}, ErrMalformed},
 		{"not-found zero requester", func() error {
-			_, err := EncodeMsgNotFound(buf, hdr(mA), view1, digest.Member{}, Range{1, 2}, 5, 6, es)
+			_, err := EncodeMsgNotFound(buf, hdr(mA), view1, digest.Member{}, Range{From: 1, To: 2}, 5, 6, es)
 			return err
 		}, ErrMalformed},
 		{"stable zero member", func() error {
@@ -390,7 +396,7 @@ func TestEncodeErrors(t *testing.T) {
 			return err
 		}, ErrMalformed},
 		{"challenge bad range", func() error {
-			_, err := EncodeChallenge(buf, hdr(mA), TypeEcho, view1, mB, 1, ChallengeNotFound, RangeSlice{{3, 2}})
+			_, err := EncodeChallenge(buf, hdr(mA), TypeEcho, view1, mB, 1, ChallengeNotFound, RangeSlice{{From: 3, To: 2}})
 			return err
 		}, ErrMalformed},
 		{"challenge too many ranges", func() error {
@@ -398,7 +404,7 @@ func TestEncodeErrors(t *testing.T) {
 			return err
 		}, ErrTooManyRanges},
 		{"challenge short", func() error {
-			_, err := EncodeChallenge(buf[:ChallengeOverhead+RangeLen-1], hdr(mA), TypeEcho, view1, mB, 1, ChallengeNotFound, RangeSlice{{1, 2}})
+			_, err := EncodeChallenge(buf[:ChallengeOverhead+RangeLen-1], hdr(mA), TypeEcho, view1, mB, 1, ChallengeNotFound, RangeSlice{{From: 1, To: 2}})
 			return err
 		}, ErrShortBuffer},
 		{"put header unknown type", func() error { return PutHeader(buf, Header{Sender: mA, Type: 11, Len: HeaderLen}) }, ErrMalformed},
@@ -552,19 +558,19 @@ func TestSizeHelpers(t *testing.T) {
 	buf := make([]byte, 1500)
 	ranges := make([]Range, MaxXmitRanges(len(buf)))
 	for i := range ranges {
-		ranges[i] = Range{1, 2}
+		ranges[i] = Range{From: 1, To: 2}
 	}
 	_, err := EncodeXmitReq(buf, hdr(mA), view1, mB, 0, ranges)
 	require.NoError(t, err)
-	_, err = EncodeXmitReq(buf, hdr(mA), view1, mB, 0, append(ranges, Range{1, 2}))
+	_, err = EncodeXmitReq(buf, hdr(mA), view1, mB, 0, append(ranges, Range{From: 1, To: 2}))
 	require.ErrorIs(t, err, ErrShortBuffer)
 	es := make(EntrySlice, MaxDigestEntries(len(buf)))
 	for i := range es {
 		es[i].Member = mA
 	}
-	_, err = EncodeMsgNotFound(buf, hdr(mA), view1, mB, Range{1, 1}, 0, 0, es)
+	_, err = EncodeMsgNotFound(buf, hdr(mA), view1, mB, Range{From: 1, To: 1}, 0, 0, es)
 	require.NoError(t, err)
-	_, err = EncodeMsgNotFound(buf, hdr(mA), view1, mB, Range{1, 1}, 0, 0, append(es, digest.Entry{Member: mA}))
+	_, err = EncodeMsgNotFound(buf, hdr(mA), view1, mB, Range{From: 1, To: 1}, 0, 0, append(es, digest.Entry{Member: mA}))
 	require.ErrorIs(t, err, ErrShortBuffer)
 }
 
@@ -622,10 +628,10 @@ func TestViews(t *testing.T) {
 	var rl RangeList
 	require.Zero(t, rl.Len())
 	require.Equal(t, Range{}, rl.At(0))
-	require.True(t, Range{3, 5}.Contains(3))
-	require.True(t, Range{3, 5}.Contains(5))
-	require.False(t, Range{3, 5}.Contains(6))
-	require.False(t, Range{0, 5}.Valid())
+	require.True(t, Range{From: 3, To: 5}.Contains(3))
+	require.True(t, Range{From: 3, To: 5}.Contains(5))
+	require.False(t, Range{From: 3, To: 5}.Contains(6))
+	require.False(t, Range{From: 0, To: 5}.Valid())
 	var it MsgIter
 	_, ok = it.Next()
 	require.False(t, ok)
