@@ -69,7 +69,7 @@ func lossyGroup(ctx context.Context, t *testing.T, n int) (*Netns, string) {
 // RunNetns generates a group key unless insecure (open mode).
 func runLossyGroup(ctx context.Context, t *testing.T, ns *Netns, exe string, d time.Duration, insecure bool) ([]MemberResult, error) {
 	return RunNetns(ctx, NetnsRunConfig{
-		Member:   MemberConfig{Members: 3, MsgSize: 200, Duration: d, Timeout: 2 * time.Minute, Insecure: insecure},
+		Member:   MemberConfig{Members: 3, MsgSize: 200, Duration: d, Timeout: 2 * time.Minute, Config: engine.Config{Insecure: insecure}},
 		Netns:    ns,
 		Exe:      []string{exe},
 		Env:      []string{memberEnv + "=1"},

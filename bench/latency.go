@@ -91,9 +91,10 @@ func RunEnginePingPong(ctx context.Context, cfg EnginePingPongConfig) (PingPongL
 	po := &pongHandler{peer: ids[0], buf: make([]byte, cfg.MsgSize)}
 	var ms [2]*engine.Member
 	for i, h := range []engine.Handler{pi, po} {
-		c := MemberConfig{RunID: runID, Index: i, Members: 2, Group: cfg.Group, Interface: cfg.Interface, Idle: cfg.Idle, Threading: cfg.Threading}
+		c := MemberConfig{RunID: runID, Index: i, Members: 2, Config: engine.Config{Group: cfg.Group, Interface: cfg.Interface, Agent: engine.AgentConfig{Idle: cfg.Idle, Threading: cfg.Threading}}}
 		c, _ = c.withDefaults()
-		m, err := engine.Open(ctx, c.engineConfig(h))
+		ec, _ := c.engineConfig(h)
+		m, err := engine.Open(ctx, ec)
 		if err != nil {
 			for _, o := range ms[:i] {
 				_ = o.Close(context.Background())

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"math/bits"
-	"net/netip"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -18,8 +17,9 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/cespare/xxhash/v2"
 	"github.com/nakcast/nakcast/digest"
-	"github.com/nakcast/nakcast/ebpf"
 	"github.com/nakcast/nakcast/engine"
+	"github.com/nakcast/nakcast/engine/transport"
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 )
 
 // Payload layout of the messages the member harness sends (little-endian):
@@ -47,6 +47,19 @@ func MemberID(runID uint64, i int) digest.Member {
 // MemberConfig describes one engine member of a benchmark run. Zero fields
 // take the defaults named.
 type MemberConfig struct {
+	// Config is the member's engine configuration, as engine.Open takes
+	// it: Group (required), Interface, Keys, Encrypt, Insecure,
+	// DiscardOwn, Network, Transport, Tuning and Agent. The harness sets
+	// Self, Membership.Members (from RunID, Index and Members) and
+	// Handler; Membership.MemberAddrs, if set, is every member's unicast
+	// address in view order (Network.Unicast must then be this member's
+	// entry, or unset). Logger defaults to discarding. With DiscardOwn a
+	// sender does not deliver its own messages, and its record of its own
+	// stream (count, seqnos, hash) is kept by the sending goroutine as
+	// each message is accepted, so Verify checks every receiver against
+	// what was sent. With Agent.ExclusiveSender the harness sends from one
+	// goroutine.
+	engine.Config
 	// RunID is the base of the run's member identities (MemberID); it
 	// must be the same in every member of a run and must not be 0.
 	RunID uint64
@@ -56,35 +69,10 @@ type MemberConfig struct {
 	// Senders lists the indexes of the members that send; every member
 	// waits for the last message of each (default {0}).
 	Senders []int
-	// Group, Interface, Unicast, TTL, AllowNonLoopback and NoLoopback go
-	// to engine.Config as they are (Group is required). NoLoopback is for
-	// a member alone in its network namespace (the netns mode sets it).
-	Group     netip.AddrPort
-	Interface string
-	Unicast   netip.AddrPort
-	// Addrs, if set, is every member's unicast address in view order
-	// (engine.Config.MemberAddrs): members take datagrams claiming a member
-	// only from its address, from the start. Unicast must then be
-	// Addrs[Index] (or unset).
-	Addrs            []netip.AddrPort
-	TTL              int
-	AllowNonLoopback bool
-	NoLoopback       bool
-	// NoGSO turns the engine's UDP segmentation offload off
-	// (engine.Config.NoGSO).
-	NoGSO bool
-	// XDPMode is where the AF_XDP backend's program attaches
-	// (engine.Config.XDP.Mode: "", "native" or "generic"), with Transport
-	// "xdp" or "auto".
-	XDPMode string
-	// Keys, Encrypt and Insecure go to engine.Config: authenticated (and
-	// encrypted) datagrams, or open mode chosen off loopback. KeyFile is
-	// the key file Keys were read from (auth.ParseKeys): MemberArgs passes
-	// it to a member process as -key-file, never the keys themselves.
-	Keys     []engine.Key
-	KeyFile  string
-	Encrypt  bool
-	Insecure bool
+	// KeyFile is the key file Keys were read from (auth.ParseKeys):
+	// MemberArgs passes it to a member process as -key-file, never the
+	// keys themselves.
+	KeyFile string
 	// MsgSize is the size of each message (default 64, at least
 	// MinMsgSize).
 	MsgSize int
@@ -96,37 +84,14 @@ type MemberConfig struct {
 	// second (Send per message; a message late on the schedule goes at
 	// once).
 	Rate float64
-	// LossRate drops this fraction of received datagrams before the
-	// protocol (engine.Config.LossRate).
+	// LossRate drops this fraction of the datagrams the member receives
+	// before the protocol sees them (memtransport.Faults wrapped around
+	// its transport, seeded from RunID and Index).
 	LossRate float64
-	// Idle, Threading, Transport, MaxDatagram, BundleBytes, BundleDelay,
-	// Window, RecvBuffer and BatchSize go to engine.Config (zero: the
-	// engine's defaults).
-	Idle        engine.IdleStrategy
-	Threading   engine.Threading
-	Transport   string
-	MaxDatagram int
-	BundleBytes int
-	BundleDelay time.Duration
-	Window      int
-	RecvBuffer  int
-	BatchSize   int
 	// SendBatch > 1 makes a sender send with engine.Member.SendBatch, this
 	// many messages a call (their send time is the batch's); 0 or 1: Send
 	// per message.
 	SendBatch int
-	// DiscardOwn runs the members with engine.Config.DiscardOwn: a sender
-	// does not deliver its own messages to itself. Its record of its own
-	// stream (count, seqnos, hash) is then kept by the sending goroutine
-	// as each message is accepted, so Verify checks every receiver against
-	// what was sent rather than against the sender's own delivery. A
-	// throughput setting: the agent, the sender's bottleneck, no longer
-	// runs the handler for its own messages.
-	DiscardOwn bool
-	// ExclusiveSender runs the members with engine.Config.ExclusiveSender:
-	// the harness sends from one goroutine, so the publication ring can
-	// claim without a compare-and-swap.
-	ExclusiveSender bool
 	// SampleEvery records the latency of one message in SampleEvery
 	// (default 1: every message); reading the clock per message costs a
 	// few percent at tens of millions of messages per second.
@@ -143,8 +108,6 @@ type MemberConfig struct {
 	// together).
 	Ready func(*engine.Member)
 	Start <-chan struct{}
-	// Logger for the engine (default: discard).
-	Logger *slog.Logger
 }
 
 func (c MemberConfig) withDefaults() (MemberConfig, error) {
@@ -215,22 +178,32 @@ func (c MemberConfig) sends() bool {
 	return false
 }
 
-// engineConfig is the member's engine configuration.
-func (c MemberConfig) engineConfig(h engine.Handler) engine.Config {
+// engineConfig is the member's engine configuration, and what its
+// LossRate dropped so far.
+func (c MemberConfig) engineConfig(h engine.Handler) (engine.Config, func() uint64) {
 	ids := make([]digest.Member, c.Members)
 	for i := range ids {
 		ids[i] = MemberID(c.RunID, i)
 	}
-	return engine.Config{
-		Group: c.Group, Interface: c.Interface, Unicast: c.Unicast, TTL: c.TTL,
-		AllowNonLoopback: c.AllowNonLoopback, NoLoopback: c.NoLoopback, Transport: c.Transport,
-		Self: ids[c.Index], Members: ids, MemberAddrs: c.Addrs,
-		MaxDatagram: c.MaxDatagram, BundleBytes: c.BundleBytes, BundleDelay: c.BundleDelay,
-		Window: c.Window, RecvBuffer: c.RecvBuffer, BatchSize: c.BatchSize,
-		Idle: c.Idle, Threading: c.Threading, LossRate: c.LossRate, LossSeed: c.RunID ^ uint64(c.Index),
-		DiscardOwn: c.DiscardOwn, ExclusiveSender: c.ExclusiveSender, NoGSO: c.NoGSO, Logger: c.Logger, Handler: h,
-		XDP:  ebpf.Options{Mode: c.XDPMode},
-		Keys: c.Keys, Encrypt: c.Encrypt, Insecure: c.Insecure,
+	e := c.Config
+	e.Self, e.Membership.Members, e.Handler = ids[c.Index], ids, h
+	var faulty atomic.Pointer[memtransport.Faulty]
+	if c.LossRate > 0 {
+		f, wrap := memtransport.Faults{Loss: c.LossRate, Seed: c.RunID ^ uint64(c.Index)}, e.Transport.Wrap
+		e.Transport.Wrap = func(t transport.Transport) transport.Transport {
+			if wrap != nil {
+				t = wrap(t)
+			}
+			x := f.Wrap(t)
+			faulty.Store(x)
+			return x
+		}
+	}
+	return e, func() uint64 {
+		if x := faulty.Load(); x != nil {
+			return x.Counts().Dropped
+		}
+		return 0
 	}
 }
 
@@ -365,6 +338,8 @@ type MemberResult struct {
 	NetDrops *NetDrops `json:"net_drops,omitempty"`
 	// Stats are the engine's counters at the end.
 	Stats engine.Stats `json:"stats"`
+	// Injected counts the received datagrams LossRate dropped.
+	Injected uint64 `json:"injected"`
 	// CPUNs is the CPU time (user and system) this member's process used
 	// from the start of sending to the last delivery, and DatagramsIn the
 	// datagrams its engine read in that span: CPUNs/DatagramsIn is the
@@ -556,7 +531,8 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 	if cfg.sends() {
 		res.Role = "send"
 	}
-	m, err := engine.Open(ctx, cfg.engineConfig(h))
+	ec, injected := cfg.engineConfig(h)
+	m, err := engine.Open(ctx, ec)
 	if err != nil {
 		return MemberResult{}, fmt.Errorf("bench: member %d: %w", cfg.Index, err)
 	}
@@ -569,7 +545,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 	// goroutine until the run ends.
 	var stopDriving func()
 	if !cfg.sends() {
-		stopDriving = DriveInvoked(m, cfg.Idle)
+		stopDriving = DriveInvoked(m, cfg.Agent.Idle)
 	}
 	if cfg.Start != nil {
 		select {
@@ -597,7 +573,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 				res.Sent, sendErr = sendMessages(ctx, runCtx, m, cfg, own)
 			}
 			res.SendNs = Nanotime() - res.SendStartNs
-			stopDriving = DriveInvoked(m, cfg.Idle) // read after <-sendDone
+			stopDriving = DriveInvoked(m, cfg.Agent.Idle) // read after <-sendDone
 		}()
 	} else {
 		close(sendDone)
@@ -654,6 +630,7 @@ wait:
 	closeErr := m.Close(closeCtx)
 	cancelClose()
 	res.Stats = m.Stats() // after the drain: a sender's repairs happen there too
+	res.Injected = injected()
 	// The agent has stopped: the handler's state is ours to read.
 	res.Complete = true
 	for _, st := range states {
@@ -704,7 +681,7 @@ const invokedWorkEvery = 1024
 // application loop of the harness's receivers and of the benchmarks'
 // answering members.
 func DriveInvoked(m *engine.Member, idle engine.IdleStrategy) (stop func()) {
-	if m.Config().Threading != engine.ThreadingInvoked {
+	if m.Config().Agent.Threading != engine.ThreadingInvoked {
 		return func() {}
 	}
 	quit, done := make(chan struct{}), make(chan struct{})
@@ -769,7 +746,7 @@ func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfi
 	// message: a read costs about 25 ns, a third of what the engine spends
 	// on a 64 B message.
 	sample := uint64(max(cfg.SampleEvery, 1))
-	invoked := m.Config().Threading == engine.ThreadingInvoked
+	invoked := m.Config().Agent.Threading == engine.ThreadingInvoked
 	var i uint64
 	var now, start int64
 	for {
@@ -836,7 +813,7 @@ func sendBatches(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfig
 	}
 	deadline, sendCtx, cancel := sendSetup(ctx, runCtx, cfg)
 	defer cancel()
-	invoked := m.Config().Threading == engine.ThreadingInvoked
+	invoked := m.Config().Agent.Threading == engine.ThreadingInvoked
 	var sent uint64
 	for {
 		now := Nanotime()

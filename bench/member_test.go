@@ -14,6 +14,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/ebpf"
 	"github.com/stretchr/testify/require"
 
 	"github.com/nakcast/nakcast/engine"
@@ -46,16 +47,22 @@ func TestRunGroupExactDelivery(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			cfg := MemberConfig{Members: tt.members, Senders: tt.senders, MsgSize: tt.size, Count: count, Group: RandomGroup(),
-				SendBatch: tt.batch, DiscardOwn: tt.discard}
+			cfg := MemberConfig{
+				Members:   tt.members,
+				Senders:   tt.senders,
+				MsgSize:   tt.size,
+				Count:     count,
+				SendBatch: tt.batch,
+				Config:    engine.Config{Group: RandomGroup(), DiscardOwn: tt.discard},
+			}
 			if tt.loss > 0 {
 				// Small datagrams, so that a few hundred carry data and the
 				// injected loss hits data (not only control datagrams) in
 				// every run: the repair assertion below then always applies.
-				cfg.MaxDatagram = 1472
+				cfg.Tuning.MaxDatagram = 1472
 			}
 			if tt.invoked {
-				cfg.Threading = engine.ThreadingInvoked
+				cfg.Agent.Threading = engine.ThreadingInvoked
 			}
 			rs, err := RunGroup(ctx, cfg, func(i int, c *MemberConfig) {
 				if i != 0 {
@@ -90,7 +97,7 @@ func TestRunGroupExactDelivery(t *testing.T) {
 			require.Positive(t, row.MsgsPerSec)
 			var injected uint64
 			for _, r := range rs {
-				injected += r.Stats.Drops.Injected
+				injected += r.Injected
 			}
 			if injected > 0 {
 				require.Positive(t, row.Retransmitted, "%d datagrams dropped, none repaired", injected)
@@ -122,7 +129,7 @@ func TestRunGroupDurationAndCancel(t *testing.T) {
 	// stream with its last message and reports what it measured.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cfg := MemberConfig{Members: 2, MsgSize: 64, Duration: time.Minute, Group: RandomGroup()}
+	cfg := MemberConfig{Members: 2, MsgSize: 64, Duration: time.Minute, Config: engine.Config{Group: RandomGroup()}}
 	var rs []MemberResult
 	var err error
 	done := make(chan struct{})
@@ -144,7 +151,7 @@ func TestRunGroupDurationAndCancel(t *testing.T) {
 	}
 
 	for _, batch := range []int{0, 50} {
-		rs, err = RunGroup(context.Background(), MemberConfig{Members: 2, Duration: 200 * time.Millisecond, Group: RandomGroup(), SendBatch: batch}, nil, nil)
+		rs, err = RunGroup(context.Background(), MemberConfig{Members: 2, Duration: 200 * time.Millisecond, SendBatch: batch, Config: engine.Config{Group: RandomGroup()}}, nil, nil)
 		require.NoError(t, err)
 		require.Empty(t, Verify(rs))
 		require.Positive(t, rs[1].Senders[0].Delivered)
@@ -284,8 +291,16 @@ func TestMemberMainWritesJSON(t *testing.T) {
 // TestRunGroupExactDelivery's discardown cases: Verify compares them.)
 func TestMemberMainDiscardOwn(t *testing.T) {
 	for _, discard := range []bool{false, true} {
-		cfg := MemberConfig{RunID: 7, Members: 1, Senders: []int{0}, Group: RandomGroup(), Count: 500, MsgSize: 100,
-			Duration: time.Second, SampleEvery: 1, DiscardOwn: discard}
+		cfg := MemberConfig{
+			RunID:       7,
+			Members:     1,
+			Senders:     []int{0},
+			Count:       500,
+			MsgSize:     100,
+			Duration:    time.Second,
+			SampleEvery: 1,
+			Config:      engine.Config{Group: RandomGroup(), DiscardOwn: discard},
+		}
 		var out, errOut bytes.Buffer
 		require.NoError(t, MemberMain(context.Background(), MemberArgs(cfg, "-", false), strings.NewReader(""), &out, &errOut), errOut.String())
 		var r MemberResult
@@ -305,13 +320,21 @@ func TestMemberMainDiscardOwn(t *testing.T) {
 // reads back: every field MemberArgs carries, the result file and
 // -wait-start.
 func TestMemberArgsRoundTrip(t *testing.T) {
-	want := MemberConfig{RunID: 77, Index: 1, Members: 3, Senders: []int{0, 2}, Group: netip.MustParseAddrPort("239.1.2.3:4567"),
-		Interface: "lo", Unicast: netip.MustParseAddrPort("127.0.0.1:4568"), TTL: 0, MsgSize: 300, Count: 1234,
-		Addrs: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.2:4568"), netip.MustParseAddrPort("127.0.0.1:4568"),
-			netip.MustParseAddrPort("127.0.0.3:4568")},
-		Duration: 3 * time.Second, LossRate: 0.05, Idle: engine.IdleSpin, Threading: engine.ThreadingInvoked,
-		Transport: engine.TransportUDP, MaxDatagram: 8000, BundleBytes: 4000, SampleEvery: 16, SendBatch: 32,
-		Timeout: 9 * time.Second, DiscardOwn: true, ExclusiveSender: true, NoGSO: true, NoLoopback: true, XDPMode: "generic"}
+	want := MemberConfig{
+		RunID:       77,
+		Index:       1,
+		Members:     3,
+		Senders:     []int{0, 2},
+		MsgSize:     300,
+		Count:       1234,
+		Duration:    3 * time.Second,
+		LossRate:    0.05,
+		SampleEvery: 16,
+		SendBatch:   32,
+		Timeout:     9 * time.Second,
+		Config: engine.Config{Group: netip.MustParseAddrPort("239.1.2.3:4567"), Interface: "lo", Network: engine.NetworkConfig{Unicast: netip.MustParseAddrPort("127.0.0.1:4568"), TTL: 0}, Membership: engine.MembershipConfig{MemberAddrs: []netip.AddrPort{netip.MustParseAddrPort("127.0.0.2:4568"), netip.MustParseAddrPort("127.0.0.1:4568"),
+			netip.MustParseAddrPort("127.0.0.3:4568")}}, Agent: engine.AgentConfig{Idle: engine.IdleSpin, Threading: engine.ThreadingInvoked, ExclusiveSender: true}, Transport: engine.TransportConfig{Backend: engine.TransportUDP, NoGSO: true, NoLoopback: true, XDP: ebpf.Options{Mode: "generic"}}, Tuning: engine.TuningConfig{MaxDatagram: 8000, BundleBytes: 4000}, DiscardOwn: true},
+	}
 	got, out, wait, err := parseMemberArgs(MemberArgs(want, "result.json", true), io.Discard)
 	require.NoError(t, err)
 	require.Equal(t, want, got)
@@ -323,8 +346,17 @@ func TestMemberArgsRoundTrip(t *testing.T) {
 // then SendBatch) delivers its whole stream to itself.
 func TestMemberMainExclusiveSender(t *testing.T) {
 	for _, batch := range []int{0, 64} {
-		cfg := MemberConfig{RunID: 8, Members: 1, Senders: []int{0}, Group: RandomGroup(), Count: 5000, MsgSize: 100,
-			Duration: time.Second, SampleEvery: 1, SendBatch: batch, ExclusiveSender: true}
+		cfg := MemberConfig{
+			RunID:       8,
+			Members:     1,
+			Senders:     []int{0},
+			Count:       5000,
+			MsgSize:     100,
+			Duration:    time.Second,
+			SampleEvery: 1,
+			SendBatch:   batch,
+			Config:      engine.Config{Group: RandomGroup(), Agent: engine.AgentConfig{ExclusiveSender: true}},
+		}
 		args := MemberArgs(cfg, "-", false)
 		var out, errOut bytes.Buffer
 		require.NoError(t, MemberMain(context.Background(), args, strings.NewReader(""), &out, &errOut), errOut.String())

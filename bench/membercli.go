@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nakcast/nakcast/ebpf"
 	"github.com/nakcast/nakcast/engine"
 )
 
@@ -41,8 +42,8 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 		"-duration", cfg.Duration.String(),
 		"-rate", strconv.FormatFloat(cfg.Rate, 'g', -1, 64),
 		"-loss", strconv.FormatFloat(cfg.LossRate, 'g', -1, 64),
-		"-idle", cfg.Idle.String(),
-		"-threading", cfg.Threading.String(),
+		"-idle", cfg.Agent.Idle.String(),
+		"-threading", cfg.Agent.Threading.String(),
 		"-sample", strconv.Itoa(cfg.SampleEvery),
 		"-out", out,
 	}
@@ -52,36 +53,36 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 	if cfg.DiscardOwn {
 		a = append(a, "-discard-own")
 	}
-	if cfg.ExclusiveSender {
+	if cfg.Agent.ExclusiveSender {
 		a = append(a, "-exclusive-sender")
 	}
-	if cfg.Transport != "" {
-		a = append(a, "-transport", cfg.Transport)
+	if cfg.Transport.Backend != "" {
+		a = append(a, "-transport", cfg.Transport.Backend)
 	}
-	if cfg.MaxDatagram != 0 {
-		a = append(a, "-datagram", strconv.Itoa(cfg.MaxDatagram))
+	if cfg.Tuning.MaxDatagram != 0 {
+		a = append(a, "-datagram", strconv.Itoa(cfg.Tuning.MaxDatagram))
 	}
-	if cfg.BundleBytes != 0 {
-		a = append(a, "-bundle-bytes", strconv.Itoa(cfg.BundleBytes))
+	if cfg.Tuning.BundleBytes != 0 {
+		a = append(a, "-bundle-bytes", strconv.Itoa(cfg.Tuning.BundleBytes))
 	}
-	if cfg.NoLoopback {
+	if cfg.Transport.NoLoopback {
 		a = append(a, "-no-loopback")
 	}
-	if cfg.NoGSO {
+	if cfg.Transport.NoGSO {
 		a = append(a, "-no-gso")
 	}
-	if cfg.XDPMode != "" {
-		a = append(a, "-xdp-mode", cfg.XDPMode)
+	if cfg.Transport.XDP.Mode != "" {
+		a = append(a, "-xdp-mode", cfg.Transport.XDP.Mode)
 	}
 	a = appendAuthArgs(a, cfg.KeyFile, cfg.Encrypt, cfg.Insecure)
-	if len(cfg.Addrs) > 0 {
-		addrs := make([]string, len(cfg.Addrs))
-		for i, ad := range cfg.Addrs {
+	if len(cfg.Membership.MemberAddrs) > 0 {
+		addrs := make([]string, len(cfg.Membership.MemberAddrs))
+		for i, ad := range cfg.Membership.MemberAddrs {
 			addrs[i] = ad.String()
 		}
 		a = append(a, "-addrs", strings.Join(addrs, ","))
 	}
-	return appendProcessArgs(a, cfg.Interface, cfg.Unicast, cfg.TTL, cfg.Timeout, waitStart)
+	return appendProcessArgs(a, cfg.Interface, cfg.Network.Unicast, cfg.Network.TTL, cfg.Timeout, waitStart)
 }
 
 // MemberMain is the member process (mcastbench member): it parses args,
@@ -136,14 +137,14 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 	batch := fs.Int("batch", 0, "send with SendBatch, this many messages a call (0 or 1: Send per message)")
 	timeout := fs.Duration("timeout", 0, "give up this long after sending starts (0: -duration or 10s, plus 30s)")
 	discardOwn := fs.Bool("discard-own", false, "a sender does not deliver its own messages (engine.Config.DiscardOwn); it records what it sent instead")
-	exclusive := fs.Bool("exclusive-sender", false, "one goroutine sends (engine.Config.ExclusiveSender): the publication ring claims without a compare-and-swap")
-	noGSO := fs.Bool("no-gso", false, "UDP segmentation offload off (engine.Config.NoGSO)")
+	exclusive := fs.Bool("exclusive-sender", false, "one goroutine sends (engine.Config.Agent.ExclusiveSender): the publication ring claims without a compare-and-swap")
+	noGSO := fs.Bool("no-gso", false, "UDP segmentation offload off (engine.Config.Transport.NoGSO)")
 	xdpMode := fs.String("xdp-mode", "", "with -transport xdp: where the XDP program attaches, native or generic (default: native where the driver can)")
-	noLoop := fs.Bool("no-loopback", false, "multicast loopback off (engine.Config.NoLoopback): only for a member alone in its host or namespace")
+	noLoop := fs.Bool("no-loopback", false, "multicast loopback off (engine.Config.Transport.NoLoopback): only for a member alone in its host or namespace")
 	keyFile := fs.String("key-file", "", "group key file (lines \"ID HEX\", current key first; engine.Config.Keys): authenticated datagrams")
 	encrypt := fs.Bool("encrypt", false, "with -key-file, also encrypt datagram bodies (engine.Config.Encrypt)")
 	insecure := fs.Bool("insecure", false, "open mode off loopback: datagrams not authenticated (engine.Config.Insecure)")
-	addrs := fs.String("addrs", "", "every member's unicast ADDR:PORT in view order, comma-separated (engine.Config.MemberAddrs; default: bound on first contact)")
+	addrs := fs.String("addrs", "", "every member's unicast ADDR:PORT in view order, comma-separated (engine.Config.Membership.MemberAddrs; default: bound on first contact)")
 	outFile := fs.String("out", "-", "result file (- for stdout)")
 	wait := fs.Bool("wait-start", false, "print "+ReadyLine+" once open, then wait for a line on stdin before sending")
 	if err := fs.Parse(args); err != nil {
@@ -161,10 +162,20 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 	if *batch < 0 || *batch > maxSendBatch {
 		return bad("-batch %d: want 0..%d", *batch, maxSendBatch)
 	}
-	cfg = MemberConfig{RunID: *runID, Index: *index, Members: *members, Interface: *iface, TTL: *ttl, MsgSize: *size,
-		Count: *count, Duration: *duration, Rate: *rate, LossRate: *loss, Transport: *transport, MaxDatagram: *datagram, BundleBytes: *bundle,
-		SampleEvery: *sample, Timeout: *timeout, NoLoopback: *noLoop, SendBatch: *batch,
-		DiscardOwn: *discardOwn, ExclusiveSender: *exclusive, NoGSO: *noGSO, XDPMode: *xdpMode}
+	cfg = MemberConfig{
+		RunID:       *runID,
+		Index:       *index,
+		Members:     *members,
+		MsgSize:     *size,
+		Count:       *count,
+		Duration:    *duration,
+		Rate:        *rate,
+		LossRate:    *loss,
+		SampleEvery: *sample,
+		Timeout:     *timeout,
+		SendBatch:   *batch,
+		Config:      engine.Config{Interface: *iface, Network: engine.NetworkConfig{TTL: *ttl}, Transport: engine.TransportConfig{Backend: *transport, NoLoopback: *noLoop, NoGSO: *noGSO, XDP: ebpf.Options{Mode: *xdpMode}}, Tuning: engine.TuningConfig{MaxDatagram: *datagram, BundleBytes: *bundle}, DiscardOwn: *discardOwn, Agent: engine.AgentConfig{ExclusiveSender: *exclusive}},
+	}
 	if cfg.Senders, err = parseInts(*senders); err != nil {
 		return bad("-senders %q: %v", *senders, err)
 	}
@@ -175,7 +186,7 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 		return bad("-group %q: %v", *group, err)
 	}
 	if *unicast != "" {
-		if cfg.Unicast, err = netip.ParseAddrPort(*unicast); err != nil {
+		if cfg.Network.Unicast, err = netip.ParseAddrPort(*unicast); err != nil {
 			return bad("-unicast %q: %v", *unicast, err)
 		}
 	}
@@ -187,23 +198,24 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 		if err != nil {
 			return bad("-addrs %q: %v", a, err)
 		}
-		cfg.Addrs = append(cfg.Addrs, ap)
+		cfg.Membership.MemberAddrs = append(cfg.Membership.MemberAddrs, ap)
 	}
-	cfg.AllowNonLoopback = *iface != "lo"
+	cfg.Network.AllowNonLoopback = *iface != "lo"
 	cfg.Encrypt, cfg.Insecure = *encrypt, *insecure
 	if cfg.Keys, cfg.KeyFile, err = ReadKeyFile(*keyFile); err != nil {
 		return bad("-key-file: %v", err)
 	}
-	if cfg.Idle, err = engine.ParseIdleStrategy(*idle); err != nil {
+	if cfg.Agent.Idle, err = engine.ParseIdleStrategy(*idle); err != nil {
 		return bad("-idle: %v", err)
 	}
-	if cfg.Threading, err = engine.ParseThreading(*threading); err != nil {
+	if cfg.Agent.Threading, err = engine.ParseThreading(*threading); err != nil {
 		return bad("-threading: %v", err)
 	}
 	if _, err := cfg.withDefaults(); err != nil {
 		return MemberConfig{}, "", false, fmt.Errorf("%w: %v", ErrUsage, err)
 	}
-	if err := cfg.engineConfig(nil).Validate(); err != nil {
+	ec, _ := cfg.engineConfig(nil)
+	if err := ec.Validate(); err != nil {
 		return bad("%v", err)
 	}
 	return cfg, *outFile, *wait, nil

@@ -256,9 +256,9 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 	mc.RunID = RandomRunID()
 	mc.Group = NetnsGroup
 	mc.Interface = "eth0"
-	mc.TTL = 1
-	mc.AllowNonLoopback = true
-	mc.NoLoopback = true // one member per namespace: nobody local to loop back to
+	mc.Network.TTL = 1
+	mc.Network.AllowNonLoopback = true
+	mc.Transport.NoLoopback = true // one member per namespace: nobody local to loop back to
 	if _, err := mc.withDefaults(); err != nil {
 		return nil, err
 	}
@@ -282,14 +282,14 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 		senders[s] = true
 	}
 	specs := make([]procSpec, mc.Members)
-	mc.Addrs = make([]netip.AddrPort, mc.Members)
-	for i := range mc.Addrs {
-		mc.Addrs[i] = netip.AddrPortFrom(ns.Addrs[i], NetnsUnicastPort)
+	mc.Membership.MemberAddrs = make([]netip.AddrPort, mc.Members)
+	for i := range mc.Membership.MemberAddrs {
+		mc.Membership.MemberAddrs[i] = netip.AddrPortFrom(ns.Addrs[i], NetnsUnicastPort)
 	}
 	for i := range specs {
 		c := mc
 		c.Index = i
-		c.Unicast = mc.Addrs[i]
+		c.Network.Unicast = mc.Membership.MemberAddrs[i]
 		if senders[i] {
 			c.LossRate = 0
 		}

@@ -139,7 +139,7 @@ func TestNetnsThreeMembers(t *testing.T) {
 	}{
 		{"shared", func(*MemberConfig) {}},
 		{"invoked+batch+discard-own", func(c *MemberConfig) {
-			c.Threading, c.SendBatch, c.DiscardOwn = engine.ThreadingInvoked, 64, true
+			c.Agent.Threading, c.SendBatch, c.DiscardOwn = engine.ThreadingInvoked, 64, true
 		}},
 		{"insecure", func(c *MemberConfig) { c.Insecure = true }},
 		{"encrypted", func(c *MemberConfig) { c.Encrypt = true }},
@@ -166,7 +166,7 @@ func TestNetnsThreeMembers(t *testing.T) {
 				require.Equal(t, "eth0", r.Interface)
 				require.Len(t, r.Senders, 1)
 				require.Equal(t, count, r.Senders[0].Delivered, "member %d", r.Index)
-				injected += r.Stats.Drops.Injected
+				injected += r.Injected
 				repaired += r.Stats.Retransmitted
 				mode := map[bool]string{false: "signed", true: "encrypted"}[cfg.Encrypt]
 				if cfg.Insecure {
@@ -234,7 +234,7 @@ func TestNetnsCompareTransportsXDP(t *testing.T) {
 	defer ns.Close()
 	figs, err := CompareTransports(ctx, TransportCompareConfig{
 		Transports: []string{engine.TransportXDP, engine.TransportUDP},
-		Member:     MemberConfig{Members: 2, MsgSize: 64, Count: 20000, NoGSO: true, Timeout: time.Minute},
+		Member:     MemberConfig{Members: 2, MsgSize: 64, Count: 20000, Timeout: time.Minute, Config: engine.Config{Transport: engine.TransportConfig{NoGSO: true}}},
 		Repeat:     1, PingCount: 200, Netns: ns,
 		Exe: []string{exe}, PingExe: []string{exe, "pingpong-member"}, RawExe: []string{exe, "raw-member"},
 		Env: []string{memberEnv + "=1"},

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nakcast/nakcast/engine"
 	"github.com/stretchr/testify/require"
 )
 
@@ -50,7 +51,7 @@ func TestNetnsScale(t *testing.T) {
 	sc := netnsScale
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cfg := MemberConfig{Members: sc.members, MsgSize: 64, Count: sc.count, Rate: sc.rate, NoGSO: true, Timeout: 2 * time.Minute}
+	cfg := MemberConfig{Members: sc.members, MsgSize: 64, Count: sc.count, Rate: sc.rate, Timeout: 2 * time.Minute, Config: engine.Config{Transport: engine.TransportConfig{NoGSO: true}}}
 	rs, err := RunNetns(ctx, NetnsRunConfig{Member: cfg, Exe: []string{exe}, Env: []string{memberEnv + "=1"},
 		EgressLoss: sc.loss, Progress: func(s string) { t.Log(s) }})
 	require.NoError(t, err)

@@ -23,10 +23,11 @@ import (
 // NetnsPingPongConfig configures RunNetnsPingPong. Zero fields take the
 // defaults named.
 type NetnsPingPongConfig struct {
-	// Member gives both members' Transport, NoGSO, XDPMode, MsgSize
-	// (default 64) and Keys (or KeyFile), Encrypt and Insecure (without
-	// Keys and Insecure the run generates a group key); Idle and
-	// Threading are both members' (default engine.IdleSpin and
+	// Member gives both members' Transport.Backend, Transport.NoGSO,
+	// Transport.XDP.Mode, MsgSize (default 64) and Keys (or KeyFile),
+	// Encrypt and Insecure (without Keys and Insecure the run generates a
+	// group key); Agent.Idle and Agent.Threading are both members'
+	// (default engine.IdleSpin and
 	// engine.ThreadingInvoked: each process spins on one goroutine that
 	// runs its agent, the lowest latency on a machine with few cores).
 	// The rest is set per run.
@@ -45,8 +46,8 @@ type NetnsPingPongConfig struct {
 }
 
 func (c NetnsPingPongConfig) withDefaults() NetnsPingPongConfig {
-	if c.Member.Idle == 0 && c.Member.Threading == 0 {
-		c.Member.Idle, c.Member.Threading = engine.IdleSpin, engine.ThreadingInvoked
+	if c.Member.Agent.Idle == 0 && c.Member.Agent.Threading == 0 {
+		c.Member.Agent.Idle, c.Member.Agent.Threading = engine.IdleSpin, engine.ThreadingInvoked
 	}
 	pingPongDefaults(&c.Member.MsgSize, &c.Count, &c.Warmup, &c.Timeout)
 	return c
@@ -99,14 +100,14 @@ func RunNetnsPingPong(ctx context.Context, cfg NetnsPingPongConfig) (PingPongLat
 	for i := range specs {
 		out := filepath.Join(dir, fmt.Sprintf("pingpong%d.json", i))
 		a := []string{"-role", [2]string{"ping", "pong"}[i], "-run-id", strconv.FormatUint(runID, 10),
-			"-group", NetnsGroup.String(), "-transport", mc.Transport, "-idle", mc.Idle.String(),
-			"-threading", mc.Threading.String(), "-size", strconv.Itoa(mc.MsgSize),
+			"-group", NetnsGroup.String(), "-transport", mc.Transport.Backend, "-idle", mc.Agent.Idle.String(),
+			"-threading", mc.Agent.Threading.String(), "-size", strconv.Itoa(mc.MsgSize),
 			"-count", strconv.Itoa(cfg.Count), "-warmup", strconv.Itoa(cfg.Warmup), "-out", out}
-		if mc.NoGSO {
+		if mc.Transport.NoGSO {
 			a = append(a, "-no-gso")
 		}
-		if mc.XDPMode != "" {
-			a = append(a, "-xdp-mode", mc.XDPMode)
+		if mc.Transport.XDP.Mode != "" {
+			a = append(a, "-xdp-mode", mc.Transport.XDP.Mode)
 		}
 		a = appendAuthArgs(a, mc.KeyFile, mc.Encrypt, mc.Insecure)
 		a = appendProcessArgs(a, "eth0", netip.AddrPortFrom(ns.Addrs[i], 0), 1, cfg.Timeout, true)
@@ -150,7 +151,7 @@ func PingPongMemberMain(ctx context.Context, args []string, stdin io.Reader, std
 	ids := []digest.Member{MemberID(a.runID, 0), MemberID(a.runID, 1)}
 	pi := &pingHandler{peer: ids[1]}
 	po := &pongHandler{peer: ids[0], buf: make([]byte, a.msgSize)}
-	a.cfg.Members, a.cfg.Self, a.cfg.Handler = ids, ids[0], engine.Handler(pi)
+	a.cfg.Membership.Members, a.cfg.Self, a.cfg.Handler = ids, ids[0], engine.Handler(pi)
 	if a.role == "pong" {
 		a.cfg.Self, a.cfg.Handler = ids[1], po
 	}
@@ -171,12 +172,12 @@ func PingPongMemberMain(ctx context.Context, args []string, stdin io.Reader, std
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	invoked := a.cfg.Threading == engine.ThreadingInvoked
+	invoked := a.cfg.Agent.Threading == engine.ThreadingInvoked
 	idle := func() {
 		if invoked && m.DoWork() > 0 {
 			return
 		}
-		if !invoked || a.cfg.Idle != engine.IdleSpin {
+		if !invoked || a.cfg.Agent.Idle != engine.IdleSpin {
 			runtime.Gosched()
 		}
 	}
@@ -224,14 +225,17 @@ func parsePingPongArgs(args []string, stderr io.Writer) (pingPongArgs, error) {
 		return bad("%v", err)
 	}
 	var err error
-	c := engine.Config{Interface: *iface, TTL: *ttl, Transport: *transport, NoGSO: *noGSO, XDP: ebpf.Options{Mode: *xdpMode},
-		AllowNonLoopback: *iface != "lo", NoLoopback: *iface != "lo",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	c := engine.Config{
+		Interface: *iface,
+		Logger:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Network:   engine.NetworkConfig{TTL: *ttl, AllowNonLoopback: *iface != "lo"},
+		Transport: engine.TransportConfig{Backend: *transport, NoGSO: *noGSO, XDP: ebpf.Options{Mode: *xdpMode}, NoLoopback: *iface != "lo"},
+	}
 	if c.Group, err = netip.ParseAddrPort(*group); err != nil {
 		return bad("-group %q: %v", *group, err)
 	}
 	if *unicast != "" {
-		if c.Unicast, err = netip.ParseAddrPort(*unicast); err != nil {
+		if c.Network.Unicast, err = netip.ParseAddrPort(*unicast); err != nil {
 			return bad("-unicast %q: %v", *unicast, err)
 		}
 	}
@@ -239,10 +243,10 @@ func parsePingPongArgs(args []string, stderr io.Writer) (pingPongArgs, error) {
 	if c.Keys, _, err = ReadKeyFile(*keyFile); err != nil {
 		return bad("-key-file: %v", err)
 	}
-	if c.Idle, err = engine.ParseIdleStrategy(*idle); err != nil {
+	if c.Agent.Idle, err = engine.ParseIdleStrategy(*idle); err != nil {
 		return bad("-idle: %v", err)
 	}
-	if c.Threading, err = engine.ParseThreading(*threading); err != nil {
+	if c.Agent.Threading, err = engine.ParseThreading(*threading); err != nil {
 		return bad("-threading: %v", err)
 	}
 	switch {

@@ -310,7 +310,7 @@ func (c RawConfig) transportConfig(group netip.AddrPort, sendOnly bool) transpor
 		SendOnly: sendOnly, AllowNonLoopback: c.AllowNonLoopback, NoGSO: c.NoGSO}
 	if !sendOnly {
 		tc.RecvBuffer = c.RecvBuffer
-		// The engine's rule (engine.Config.NoGSO): receive offload with
+		// The engine's rule (engine.Config.Transport.NoGSO): receive offload with
 		// small datagrams, so that both read runs the same way.
 		tc.GRO = !c.NoGSO && c.DatagramSize <= transport.GROMaxDatagram
 	}

@@ -114,9 +114,9 @@ func CompareTransports(ctx context.Context, cfg TransportCompareConfig) ([]Trans
 // compareRun is one backend's throughput run and ping-pong.
 func compareRun(ctx context.Context, cfg TransportCompareConfig, tr string) (TransportSample, string, error) {
 	mc := cfg.Member
-	mc.Transport = tr
+	mc.Transport.Backend = tr
 	if tr == UDPWithOffloads {
-		mc.Transport, mc.NoGSO = engine.TransportUDP, false
+		mc.Transport.Backend, mc.Transport.NoGSO = engine.TransportUDP, false
 	}
 	rs, err := RunNetns(ctx, NetnsRunConfig{Member: mc, Netns: cfg.Netns, Exe: cfg.Exe, Env: cfg.Env, Progress: cfg.Progress})
 	if len(rs) == 0 {
@@ -143,7 +143,7 @@ func compareRun(ctx context.Context, cfg TransportCompareConfig, tr string) (Tra
 	}
 	if len(cfg.RawExe) > 0 {
 		rc := RawConfig{MsgSize: mc.MsgSize, DatagramSize: cfg.Netns.MTU - 28, Duration: mc.Duration, Count: mc.Count,
-			Batch: engine.DefaultBatchSize, NoGSO: mc.NoGSO, Transport: mc.Transport}
+			Batch: engine.DefaultBatchSize, NoGSO: mc.Transport.NoGSO, Transport: mc.Transport.Backend}
 		raw, _, err := RunNetnsRaw(ctx, NetnsRawConfig{Raw: rc, Members: mc.Members, Netns: cfg.Netns, Exe: cfg.RawExe, Env: cfg.Env, Progress: cfg.Progress})
 		if err != nil {
 			return s, mode, fmt.Errorf("raw bundler: %w", err)
@@ -151,8 +151,10 @@ func compareRun(ctx context.Context, cfg TransportCompareConfig, tr string) (Tra
 		s.RawMsgsPerSec, s.RawRecvCPUNs = raw.MsgsPerSec, raw.RecvCPUNs
 	}
 	if cfg.PingCount > 0 {
-		pm := MemberConfig{Transport: mc.Transport, NoGSO: mc.NoGSO, XDPMode: mc.XDPMode, MsgSize: mc.MsgSize,
-			Keys: mc.Keys, KeyFile: mc.KeyFile, Encrypt: mc.Encrypt, Insecure: mc.Insecure}
+		tc := engine.TransportConfig{Backend: mc.Transport.Backend, NoGSO: mc.Transport.NoGSO}
+		tc.XDP.Mode = mc.Transport.XDP.Mode
+		pm := MemberConfig{MsgSize: mc.MsgSize, KeyFile: mc.KeyFile,
+			Config: engine.Config{Transport: tc, Keys: mc.Keys, Encrypt: mc.Encrypt, Insecure: mc.Insecure}}
 		pp, err := RunNetnsPingPong(ctx, NetnsPingPongConfig{Member: pm, Count: cfg.PingCount, Netns: cfg.Netns,
 			Exe: cfg.PingExe, Env: cfg.Env, Progress: cfg.Progress})
 		if err != nil {

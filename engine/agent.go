@@ -3,7 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"os"
 	"runtime"
@@ -41,7 +40,6 @@ type agent struct {
 	sizes     []int
 	srcs      []netip.AddrPort
 	nread     int
-	loss      *rand.Rand
 	routes    *routes     // who may send what from where, and where unicasts go (routes.go)
 	held      []heldDgram // datagrams of static members not bound yet (admit.go)
 	heldBytes int
@@ -139,7 +137,6 @@ func (a *agent) init(m *Member) {
 	a.rbytes = make([][]byte, bs)
 	a.sizes = make([]int, bs)
 	a.srcs = make([]netip.AddrPort, bs)
-	a.loss = newLossRNG(m.cfg.LossSeed, m.cfg.Self)
 	a.routes = newRoutes(m.cfg.Self, m.tr.LocalAddr())
 	a.gaddrs = make(map[string]netip.AddrPort)
 	a.group = m.cfg.GroupID
@@ -542,16 +539,12 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	return work, deadline, finished
 }
 
-// receiveOne hands datagram i to the protocol: loss injection, the routing
-// table's check of its source (admit), small-datagram compaction.
+// receiveOne hands datagram i to the protocol: the routing table's check
+// of its source (admit), small-datagram compaction.
 func (a *agent) receiveOne(i int, now time.Duration) {
 	m := a.m
 	b := a.rbufs[i]
 	n := a.sizes[i]
-	if m.cfg.LossRate > 0 && a.loss.Float64() < m.cfg.LossRate {
-		m.ctr.dropInjected.Add(1)
-		return // keep the buffer in its slot for the next read
-	}
 	h, body, err := wire.DecodeHeader(b.B[:n], a.group)
 	if err != nil {
 		// Dropped before the protocol; the buffer stays in its slot.

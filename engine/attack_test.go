@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 	"github.com/nakcast/nakcast/wire"
 	"github.com/stretchr/testify/require"
 )
@@ -61,7 +62,7 @@ func (f *forger) claims(sender, victim, origin digest.Member, hi uint64) [][]byt
 // bytes. The group delivers everything exactly, nobody is told anything
 // lost, stability keeps purging (a small window would stall otherwise),
 // and every forged datagram is counted as a drop by reason. Both with
-// Config.MemberAddrs and with addresses bound on first contact (the
+// Config.Membership.MemberAddrs and with addresses bound on first contact (the
 // stranger starts once the members have been heard).
 func TestAttackLoopback(t *testing.T) {
 	for _, withAddrs := range []bool{true, false} {
@@ -86,9 +87,9 @@ func attackLoopback(t *testing.T, withAddrs bool) {
 	ms := make([]*Member, 3)
 	for i := range ms {
 		recs[i] = newRecorder(n)
-		c := Config{Group: g, Self: ids[i], Members: ids, MemberAddrs: addrs, Window: 1024, Logger: quietLogger(), Handler: recs[i]}
+		c := Config{Group: g, Self: ids[i], Logger: quietLogger(), Handler: recs[i], Membership: MembershipConfig{Members: ids, MemberAddrs: addrs}, Tuning: TuningConfig{Window: 1024}}
 		if i > 0 {
-			c.LossRate, c.LossSeed = 0.1, uint64(i)
+			wrapFaults(&c, memtransport.Faults{Loss: 0.1, Seed: uint64(i)}) // UDP: the attacker's datagrams are real
 		}
 		m, err := Open(context.Background(), c)
 		require.NoError(t, err)
@@ -155,7 +156,7 @@ func runLoopbackStranger(t *testing.T, ms []*Member, ids []digest.Member, stop <
 	}
 	defer conn.Close()
 	view, _ := ms[1].View()
-	f := &forger{group: ms[0].Config().GroupID, view: view, buf: make([]byte, 2048)}
+	f := &forger{group: ms[0].Config().Network.GroupID, view: view, buf: make([]byte, 2048)}
 	random := make([]byte, 1500)
 	var sent uint64
 	for round := 0; ; round++ {

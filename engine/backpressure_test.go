@@ -42,7 +42,7 @@ func TestConcurrentSendersUnderBackPressure(t *testing.T) {
 		}
 	})
 	ms := openGroup(t, 2, func(i int, c *Config) {
-		c.RingCapacity = 16
+		c.Tuning.RingCapacity = 16
 		if i == 1 {
 			c.Handler = h
 		} else {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,8 +26,10 @@ func sizeFor(i int, big bool) int {
 	return 16 + i%200
 }
 
-// TestExactDelivery runs several members on loopback, some of them senders,
-// with receive loss injected, and checks that every member delivers every
+// TestExactDelivery runs several members, some of them senders, on
+// loopback when lossless and on the in-memory network with faults
+// injected at every receiver (loss, and in one case duplicates and
+// reordering too), and checks that every member delivers every
 // message of every sender exactly once and in order (count and an
 // order-sensitive hash per sender), with no lost range reported.
 func TestExactDelivery(t *testing.T) {
@@ -38,22 +41,23 @@ func TestExactDelivery(t *testing.T) {
 		name    string
 		members int
 		senders int
-		loss    float64
+		faults  memtransport.Faults
 		idle    IdleStrategy
 		big     bool
 		window  int
 		unicast bool
 		thr     Threading
 	}{
-		{"2 members lossless", 2, 2, 0, IdleBlock, false, 0, false, ThreadingShared},
-		{"3 members 5% loss", 3, 3, 0.05, IdleBlock, true, 0, false, ThreadingShared},
-		{"5 members 2 senders 5% loss small window", 5, 2, 0.05, IdleBlock, false, 1024, false, ThreadingShared},
-		{"3 members 5% loss yield", 3, 1, 0.05, IdleYield, true, 0, false, ThreadingShared},
-		{"4 members 5% loss unicast NAKs", 4, 2, 0.05, IdleBlock, false, 0, true, ThreadingShared},
-		{"2 members lossless dedicated", 2, 2, 0, IdleBlock, false, 0, false, ThreadingDedicated},
-		{"3 members 5% loss dedicated", 3, 3, 0.05, IdleBlock, true, 0, false, ThreadingDedicated},
-		{"5 members 2 senders 5% loss small window dedicated", 5, 2, 0.05, IdleBlock, false, 1024, false, ThreadingDedicated},
-		{"3 members 5% loss yield dedicated", 3, 1, 0.05, IdleYield, true, 0, false, ThreadingDedicated},
+		{"2 members lossless", 2, 2, none, IdleBlock, false, 0, false, ThreadingShared},
+		{"3 members 5% loss", 3, 3, loss5, IdleBlock, true, 0, false, ThreadingShared},
+		{"3 members 5% loss duplicates reordering", 3, 3, messy, IdleBlock, true, 0, false, ThreadingShared},
+		{"5 members 2 senders 5% loss small window", 5, 2, loss5, IdleBlock, false, 1024, false, ThreadingShared},
+		{"3 members 5% loss yield", 3, 1, loss5, IdleYield, true, 0, false, ThreadingShared},
+		{"4 members 5% loss unicast NAKs", 4, 2, loss5, IdleBlock, false, 0, true, ThreadingShared},
+		{"2 members lossless dedicated", 2, 2, none, IdleBlock, false, 0, false, ThreadingDedicated},
+		{"3 members 5% loss dedicated", 3, 3, loss5, IdleBlock, true, 0, false, ThreadingDedicated},
+		{"5 members 2 senders 5% loss small window dedicated", 5, 2, loss5, IdleBlock, false, 1024, false, ThreadingDedicated},
+		{"3 members 5% loss yield dedicated", 3, 1, loss5, IdleYield, true, 0, false, ThreadingDedicated},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,20 +67,25 @@ func TestExactDelivery(t *testing.T) {
 			for i := range recs {
 				recs[i] = newRecorder(want)
 			}
+			faults := make([]*faultCounter, tc.members)
+			lossy := tc.faults != none
 			ms := openGroup(t, tc.members, func(i int, c *Config) {
 				c.Handler = recs[i]
-				c.LossRate = tc.loss
-				c.LossSeed = uint64(i + 1)
-				c.Idle = tc.idle
-				c.Window = tc.window
-				c.UnicastNaks = tc.unicast
-				c.Threading = tc.thr
-				if tc.loss > 0 {
+				if lossy {
+					f := tc.faults
+					f.Seed = uint64(i + 1)
+					faults[i] = overMem(c, f)
+				}
+				c.Agent.Idle = tc.idle
+				c.Tuning.Window = tc.window
+				c.Tuning.UnicastNaks = tc.unicast
+				c.Agent.Threading = tc.thr
+				if lossy {
 					// Enough data datagrams that 5% loss drops some: with
 					// 64 KB bundles the reduced -race run sent only tens
 					// (about 70 a receiver), and a seed once dropped none
 					// (the check below failed in a race run).
-					c.BundleBytes = 8 << 10
+					c.Tuning.BundleBytes = 8 << 10
 				}
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -120,17 +129,20 @@ func TestExactDelivery(t *testing.T) {
 					r.mu.Unlock()
 				}
 			}
-			var injected, retrans uint64
-			for _, m := range ms {
+			var injected memtransport.FaultCounts
+			var retrans uint64
+			for i, m := range ms {
 				s := m.Stats()
-				injected += s.Drops.Injected
+				injected = injected.Add(faults[i].counts())
 				retrans += s.Retransmitted
 				require.Zero(t, s.LostRanges)
 			}
-			if tc.loss > 0 {
-				require.NotZero(t, injected, "loss injection dropped nothing")
+			if lossy {
+				require.NotZero(t, injected.Dropped, "loss injection dropped nothing")
+				require.Equal(t, tc.faults.Duplicate > 0, injected.Duplicated > 0, "duplicates injected when asked")
+				require.Equal(t, tc.faults.Reorder > 0, injected.Reordered > 0, "reordering injected when asked")
 			}
-			t.Logf("injected drops %d, retransmitted %d", injected, retrans)
+			t.Logf("injected %+v, retransmitted %d", injected, retrans)
 			for i, err := range closeAll(t, ms, 20*time.Second) {
 				require.NoError(t, err, "close member %d", i)
 			}
@@ -169,7 +181,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 						}
 					}
 				}
-				m, err := Open(context.Background(), Config{Group: g, Self: ids[i], Members: ids, Idle: idle, Logger: quietLogger(), Handler: h})
+				m, err := Open(context.Background(), Config{Group: g, Self: ids[i], Logger: quietLogger(), Handler: h, Membership: MembershipConfig{Members: ids}, Agent: AgentConfig{Idle: idle}})
 				require.NoError(t, err)
 				ms = append(ms, m)
 			}
@@ -198,7 +210,7 @@ func TestCloseReleasesEverything(t *testing.T) {
 	t.Run("cancelled context", func(t *testing.T) {
 		ids := testMembers(2)
 		// Member 1 never starts: nothing member 0 sends can become stable.
-		m, err := Open(context.Background(), Config{Group: testGroup(), Self: ids[0], Members: ids, Logger: quietLogger()})
+		m, err := Open(context.Background(), Config{Group: testGroup(), Self: ids[0], Logger: quietLogger(), Membership: MembershipConfig{Members: ids}})
 		require.NoError(t, err)
 		require.NoError(t, m.TrySend([]byte("never stable")))
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)

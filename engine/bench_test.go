@@ -20,6 +20,7 @@ import (
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/engine"
 	"github.com/nakcast/nakcast/engine/auth"
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 )
 
 // The benchmarks live in the external test package: bench/ imports engine
@@ -48,7 +49,7 @@ func openBench(b *testing.B, ids []digest.Member, mod func(i int, c *engine.Conf
 	n := len(ids)
 	ms := make([]*engine.Member, n)
 	for i := range ms {
-		c := engine.Config{Group: g, Self: ids[i], Members: ids, Logger: slog.New(slog.DiscardHandler)}
+		c := engine.Config{Group: g, Self: ids[i], Logger: slog.New(slog.DiscardHandler), Membership: engine.MembershipConfig{Members: ids}}
 		if mod != nil {
 			mod(i, &c)
 		}
@@ -132,7 +133,7 @@ func BenchmarkEngineLoopback(b *testing.B) {
 			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, discardOwn: true})
 		})
 		// The benchmark goroutine is the only one that sends
-		// (Config.ExclusiveSender): the ring claims without a
+		// (Config.Agent.ExclusiveSender): the ring claims without a
 		// compare-and-swap.
 		b.Run(fmt.Sprintf("%dB/block/exclusive", size), func(b *testing.B) {
 			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, exclusive: true})
@@ -172,7 +173,7 @@ type loopOpts struct {
 	discardOwn bool
 	batch      int
 	invoked    bool
-	exclusive  bool   // the sender's Config.ExclusiveSender
+	exclusive  bool   // the sender's Config.Agent.ExclusiveSender
 	auth       string // "signed" (Config.Keys) or "encrypted" (and Config.Encrypt)
 }
 
@@ -196,16 +197,18 @@ func benchLoopback(b *testing.B, size int, o loopOpts) {
 		if o.auth != "" {
 			c.Keys, c.Encrypt = []engine.Key{key}, o.auth == "encrypted"
 		}
-		c.Idle = o.idle
-		c.Threading = o.thr
+		c.Agent.Idle = o.idle
+		c.Agent.Threading = o.thr
 		if o.invoked {
-			c.Threading = engine.ThreadingInvoked
+			c.Agent.Threading = engine.ThreadingInvoked
 		}
 		if i == 1 {
-			c.LossRate = o.loss
+			if o.loss > 0 {
+				c.Transport.Wrap = memtransport.Faults{Loss: o.loss}.WrapTransport // over UDP, as measured
+			}
 		} else {
 			c.DiscardOwn = o.discardOwn
-			c.ExclusiveSender = o.exclusive
+			c.Agent.ExclusiveSender = o.exclusive
 		}
 	})
 	payload := make([]byte, size)
@@ -367,7 +370,7 @@ func BenchmarkEnginePingPong(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			raw := rawPingPong(ctx, b, idle)
-			ms, pi := pingPongPair(b, func(c *engine.Config) { c.Idle = idle })
+			ms, pi := pingPongPair(b, func(c *engine.Config) { c.Agent.Idle = idle })
 			ping := make([]byte, 64)
 			warm := max(b.N/10, 10)
 			rtts := make([]time.Duration, 0, b.N)
@@ -402,7 +405,7 @@ func BenchmarkEnginePingPong(b *testing.B) {
 			pi := &chainPinger{peer: ids[1], buf: make([]byte, 64), rtts: make([]time.Duration, 0, warm+b.N), done: make(chan struct{})}
 			po := &ponger{peer: ids[0], buf: make([]byte, 64)}
 			ms := openBench(b, ids, func(i int, c *engine.Config) {
-				c.Idle = idle
+				c.Agent.Idle = idle
 				c.Handler = []engine.Handler{pi, po}[i]
 			})
 			pi.m = ms[0]
@@ -433,7 +436,7 @@ func BenchmarkEnginePingPong(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			raw := rawPingPong(ctx, b, idle)
-			ms, pi := pingPongPair(b, func(c *engine.Config) { c.Threading = engine.ThreadingInvoked })
+			ms, pi := pingPongPair(b, func(c *engine.Config) { c.Agent.Threading = engine.ThreadingInvoked })
 			defer bench.DriveInvoked(ms[1], idle)()
 			ping := make([]byte, 64)
 			warm := max(b.N/10, 10)

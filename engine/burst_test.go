@@ -23,10 +23,10 @@ func testBoundedBatches(t *testing.T, th Threading) {
 	const n = 1 << 15
 	rec := newRecorder(2 * n)
 	ms := openGroup(t, 2, func(i int, c *Config) {
-		c.MaxDatagram = 1472
-		c.RingCapacity = n
+		c.Tuning.MaxDatagram = 1472
+		c.Tuning.RingCapacity = n
 		c.Handler = rec
-		c.Threading = th
+		c.Agent.Threading = th
 	})
 	s := ms[0]
 	payload := make([]byte, 32)

@@ -15,7 +15,7 @@ func TestDiscardOwn(t *testing.T) {
 	const n, window = 1024, 256
 	r0, r1 := newRecorder(10), newRecorder(n+10)
 	ms := openGroup(t, 2, func(i int, c *Config) {
-		c.Window = window
+		c.Tuning.Window = window
 		c.DiscardOwn = i == 0
 		c.Handler = []*recorder{r0, r1}[i]
 	})

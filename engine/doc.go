@@ -1,7 +1,7 @@
 // Package engine is nakcast's runtime and public API: it opens a member of a
 // multicast group over a batched transport (engine/transport), runs the
 // NAKACK protocol (nakack/) on one agent goroutine (or a sender and a
-// receiver goroutine, or the application's: Config.Threading), and gives the
+// receiver goroutine, or the application's: Config.Agent.Threading), and gives the
 // application Send/TrySend/TryClaim, push (Config.Handler) or pull (Poll)
 // delivery, events and statistics.
 //
@@ -22,17 +22,17 @@
 //
 // # Membership
 //
-// By default (Config.Members nil) membership is dynamic, run by gms/: Open
+// By default (Config.Membership.Members nil) membership is dynamic, run by gms/: Open
 // discovers the group (a multicast discovery request, or unicast to
-// Config.InitialHosts), sends JOIN_REQ with a new incarnation per attempt
+// Config.Membership.InitialHosts), sends JOIN_REQ with a new incarnation per attempt
 // and returns once the JoinRsp's view and digest are installed; a member
 // that finds nobody founds the group and coordinates it. Optionally
-// (Config.FetchState) it then fetches the application state from another
-// member: Config.GetState on the provider and Config.SetState on the
+// (Config.Membership.FetchState) it then fetches the application state from another
+// member: Config.Membership.GetState on the provider and Config.Membership.SetState on the
 // joiner, installed together with the digest captured at the same point
 // (seed 003), so the state plus what the joiner delivers after it equals the
 // provider's. Members multicast heartbeats; a member silent for
-// Config.SuspectTimeout whose probes go unanswered is suspected
+// Config.Membership.SuspectTimeout whose probes go unanswered is suspected
 // (EventSuspect; EventUnsuspect if it is heard again and stays) and
 // excluded (EventView); survivors complete its messages
 // from each other up to one cut, so all end with the same prefix. Close
@@ -52,12 +52,12 @@
 // received datagram; what comes from outside the view reaches gms only
 // (discovery, joins, merges), and every refusal is counted by reason.
 //
-// Static membership (Config.Members set: benchmarks, fixed deployments)
-// skips all of that: Config.Members lists the view, the same on every
+// Static membership (Config.Membership.Members set: benchmarks, fixed deployments)
+// skips all of that: Config.Membership.Members lists the view, the same on every
 // member, coordinator first; every member keeps every message until all of
 // them delivered it, so members may start in any order and a late one
 // repairs what it missed. A member that never starts holds up stability:
-// senders back-pressure once their retention window (Config.Window) is
+// senders back-pressure once their retention window (Config.Tuning.Window) is
 // full.
 //
 // # Runtime
@@ -66,7 +66,7 @@
 // multi-producer ring (ring.Publication) whose slots are 16 bytes (length
 // and an optional out-of-line buffer). Payloads up to 128 bytes are copied
 // into a compact arena of 2*RingCapacity 128-byte slots indexed by seqno,
-// payloads up to Config.InlineSize into one of 2*RingCapacity InlineSize
+// payloads up to Config.Tuning.InlineSize into one of 2*RingCapacity InlineSize
 // slots (twice the ring, so the agent can still read a polled batch while
 // producers refill the ring); larger ones into buffers from per-size free
 // lists. Nothing is allocated per message. The agent hands runs of polled
@@ -79,7 +79,7 @@
 // delivers between datagrams so that STABLE digests report fresh delivered
 // counts), hands the ring's messages to the protocol's bundler and flushes
 // the open bundle as soon as the ring is empty (a lone message is never
-// held back unless Config.BundleDelay asks), fires the protocol's timers
+// held back unless Config.Tuning.BundleDelay asks), fires the protocol's timers
 // at its next deadline, and writes the protocol's outbox (sendmmsg) after
 // releasing the lock. Idle, it blocks in recvmmsg with a read deadline at
 // the next timer (IdleBlock, after yielding for 50us since its last work;
@@ -90,7 +90,7 @@
 // 20us after a read found them empty (an empty read is two system calls);
 // an agent that is not sending reads every iteration.
 //
-// With Config.Threading = ThreadingDedicated the duties split: a sender
+// With Config.Agent.Threading = ThreadingDedicated the duties split: a sender
 // goroutine drains the ring into the protocol and writes the bundles; the
 // receiver goroutine does the rest (reads, timers, push delivery, what
 // they produce). They take the protocol lock in turn, one iteration each,
@@ -99,7 +99,7 @@
 // refused for lack of room and an iteration may have made some. On two
 // cores shared mode is usually faster (measured: docs/performance.md).
 //
-// With Config.Threading = ThreadingInvoked no goroutine of the member runs
+// With Config.Agent.Threading = ThreadingInvoked no goroutine of the member runs
 // between Open and Close: the application runs the shared mode's
 // iteration itself by calling Member.DoWork in its own loop (Aeron's agent
 // invoker), typically beside TrySend and Poll, with its own idle strategy
@@ -129,9 +129,9 @@
 //
 // # Flow control
 //
-// A sender may have at most Config.Window messages that are not yet stable
+// A sender may have at most Config.Tuning.Window messages that are not yet stable
 // (delivered by every member: what it must retain for repairs) and
-// Config.InFlightBytes payload bytes beyond what every member has read
+// Config.Tuning.InFlightBytes payload bytes beyond what every member has read
 // from its socket (nakack.Protocol.GroupReceived, from the received counts
 // of the STABLE reports that the coordinator's STABILITY carries back):
 // the in-flight limit protects the receivers' socket buffers, and under

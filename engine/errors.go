@@ -24,12 +24,12 @@ var (
 	// messages go to the Handler.
 	ErrPushMode = errors.New("engine: member is in push mode (Config.Handler set)")
 	// ErrTooLarge is returned by Send, TrySend and TryClaim for a payload
-	// larger than Config.MaxMessage.
+	// larger than Config.Tuning.MaxMessage.
 	ErrTooLarge = errors.New("engine: message too large")
 	// ErrJoinFailed is wrapped by Open's error when the join did not
-	// complete: its context ended, or Config.JoinAttempts were spent.
+	// complete: its context ended, or Config.Membership.JoinAttempts were spent.
 	ErrJoinFailed = errors.New("engine: join failed")
-	// ErrStateTransfer is wrapped by Open's error when Config.FetchState
+	// ErrStateTransfer is wrapped by Open's error when Config.Membership.FetchState
 	// could not install the state (no member provided it, or ctx ended).
 	ErrStateTransfer = errors.New("engine: state transfer failed")
 )

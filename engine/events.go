@@ -19,8 +19,8 @@ const (
 	// sender purged them before this member got them: docs/guarantees.md).
 	EventLost
 	// EventSuspect: this member suspects Sender (a member of View) of
-	// having failed: silent for Config.SuspectTimeout and its
-	// Config.ProbeAttempts probes unanswered. The coordinator excludes it (an EventView follows), or,
+	// having failed: silent for Config.Membership.SuspectTimeout and its
+	// Config.Membership.ProbeAttempts probes unanswered. The coordinator excludes it (an EventView follows), or,
 	// if it is heard from again first, the suspicion is withdrawn
 	// (EventUnsuspect). Reported once per suspicion, by the members that
 	// suspect it themselves (Stats.Suspicions counts them).
@@ -37,7 +37,7 @@ const (
 	// once as a new incarnation, and an EventView follows).
 	EventLeft
 	// EventState: a state transfer completed (Err nil: the state was
-	// installed through Config.SetState) or gave up (Err).
+	// installed through Config.Membership.SetState) or gave up (Err).
 	EventState
 	// EventUnsuspect: this member withdraws its suspicion of Sender (an
 	// EventSuspect came before): Sender, still a member of View, was heard

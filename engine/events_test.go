@@ -18,8 +18,13 @@ import (
 func TestLostRangeEvent(t *testing.T) {
 	ids := testMembers(2)
 	g := testGroup()
-	a, err := Open(context.Background(), Config{Group: g, Self: ids[0], Members: ids, Logger: quietLogger(),
-		Handler: HandlerFunc(func(digest.Member, uint64, []byte) {})})
+	a, err := Open(context.Background(), Config{
+		Group:      g,
+		Self:       ids[0],
+		Logger:     quietLogger(),
+		Handler:    HandlerFunc(func(digest.Member, uint64, []byte) {}),
+		Membership: MembershipConfig{Members: ids},
+	})
 	require.NoError(t, err)
 	for range 10 {
 		require.NoError(t, a.TrySend([]byte("gone")))
@@ -47,7 +52,7 @@ func TestLostRangeEvent(t *testing.T) {
 		time.Sleep(time.Millisecond) // polling the agent's progress, bounded
 	}
 	rec := newRecorder(1)
-	b, err := Open(context.Background(), Config{Group: g, Self: ids[1], Members: ids, Logger: quietLogger(), Handler: rec})
+	b, err := Open(context.Background(), Config{Group: g, Self: ids[1], Logger: quietLogger(), Handler: rec, Membership: MembershipConfig{Members: ids}})
 	require.NoError(t, err)
 	defer closeAll(t, []*Member{a, b}, 5*time.Second)
 	require.NoError(t, a.TrySend([]byte("eleven")))
@@ -88,7 +93,7 @@ func TestLostRangeEvent(t *testing.T) {
 // reported as lagging once its backlog passes half the window.
 func TestLaggingEvent(t *testing.T) {
 	ms := openGroup(t, 2, func(i int, c *Config) {
-		c.Window = 256
+		c.Tuning.Window = 256
 		if i == 0 {
 			c.Handler = HandlerFunc(func(digest.Member, uint64, []byte) {})
 		}

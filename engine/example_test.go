@@ -8,11 +8,13 @@ import (
 	"io"
 	"net/netip"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/engine"
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 )
 
 // Open a member of a one-member group in push mode: every message, own
@@ -156,8 +158,8 @@ func ExampleMember_Poll() {
 // or a timer needs the agent; a latency-sensitive loop spins instead.
 func ExampleMember_DoWork() {
 	m, err := engine.Open(context.Background(), engine.Config{
-		Group:     netip.MustParseAddrPort("239.255.77.6:45606"),
-		Threading: engine.ThreadingInvoked,
+		Group: netip.MustParseAddrPort("239.255.77.6:45606"),
+		Agent: engine.AgentConfig{Threading: engine.ThreadingInvoked},
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -193,16 +195,14 @@ func ExampleConfig_stateTransfer() {
 		return engine.Config{
 			Group:   group,
 			Handler: engine.HandlerFunc(func(digest.Member, uint64, []byte) { c.n.Add(1) }),
-			GetState: func(w io.Writer) error {
+			Membership: engine.MembershipConfig{GetState: func(w io.Writer) error {
 				return binary.Write(w, binary.LittleEndian, c.n.Load())
-			},
-			SetState: func(r io.Reader) error {
+			}, SetState: func(r io.Reader) error {
 				var v int64
 				err := binary.Read(r, binary.LittleEndian, &v)
 				c.n.Store(v)
 				return err
-			},
-			FetchState: true, // skipped by the founder: nobody to ask
+			}, FetchState: true},
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -229,4 +229,57 @@ func ExampleConfig_stateTransfer() {
 	_, view := b.View()
 	fmt.Println("members:", len(view), "joiner's counter:", cb.n.Load())
 	// Output: members: 2 joiner's counter: 3
+}
+
+// ExampleConfig shows the layered Config: the core fields, and groups for
+// the rest. Two members of a static view run on an in-memory network
+// (Transport.Open) that loses a fifth of what each member receives
+// (Transport.Wrap); the protocol repairs it.
+func ExampleConfig() {
+	net := memtransport.NewNetwork()
+	view := []digest.Member{{ID: 1, Inc: 1}, {ID: 2, Inc: 1}}
+	got := make(chan string, 3)
+	var ms []*engine.Member
+	for i, self := range view {
+		cfg := engine.Config{
+			Group:      netip.MustParseAddrPort("239.255.77.7:45607"),
+			Self:       self,
+			Membership: engine.MembershipConfig{Members: view},
+			Tuning:     engine.TuningConfig{Window: 1024, NakDelay: time.Millisecond},
+			Transport: engine.TransportConfig{
+				Open: net.Open,
+				Wrap: memtransport.Faults{Loss: 0.2, Seed: uint64(i + 1)}.WrapTransport,
+			},
+		}
+		if i == 1 {
+			cfg.Handler = engine.HandlerFunc(func(_ digest.Member, _ uint64, p []byte) { got <- string(p) })
+		}
+		m, err := engine.Open(context.Background(), cfg)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		ms = append(ms, m)
+	}
+	for _, s := range []string{"a", "b", "c"} {
+		if err := ms[0].Send(context.Background(), []byte(s)); err != nil {
+			fmt.Println(err)
+		}
+	}
+	for range 3 {
+		fmt.Println(<-got)
+	}
+	fmt.Println(ms[1].Config().Tuning.Window, ms[1].Config().Tuning.StableInterval)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		wg.Go(func() { _ = m.Close(ctx) })
+	}
+	wg.Wait()
+	// Output:
+	// a
+	// b
+	// c
+	// 1024 10ms
 }

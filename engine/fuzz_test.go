@@ -63,8 +63,14 @@ var (
 
 func getFuzzTarget() (*fuzzTarget, error) {
 	fuzzOnce.Do(func() {
-		m, err := Open(context.Background(), Config{Group: testGroup(), GroupID: fuzzGroupID,
-			Self: fuzzIDs[0], Members: fuzzIDs, Logger: quietLogger(), Handler: HandlerFunc(func(digest.Member, uint64, []byte) {})})
+		m, err := Open(context.Background(), Config{
+			Group:      testGroup(),
+			Self:       fuzzIDs[0],
+			Logger:     quietLogger(),
+			Handler:    HandlerFunc(func(digest.Member, uint64, []byte) {}),
+			Network:    NetworkConfig{GroupID: fuzzGroupID},
+			Membership: MembershipConfig{Members: fuzzIDs},
+		})
 		if err != nil {
 			fuzzErr = err
 			return

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -42,10 +43,10 @@ func (m *Member) crash() {
 // SuspectTimeout+ProbeTimeout is excluded and rejoins).
 func gmsTestConfig(c *Config) {
 	c.Logger = quietLogger()
-	c.HeartbeatInterval = 50 * time.Millisecond
-	c.SuspectTimeout = time.Second
-	c.ProbeTimeout = 250 * time.Millisecond
-	c.DiscoveryTimeout = 200 * time.Millisecond
+	c.Membership.HeartbeatInterval = 50 * time.Millisecond
+	c.Membership.SuspectTimeout = time.Second
+	c.Membership.ProbeTimeout = 250 * time.Millisecond
+	c.Membership.DiscoveryTimeout = 200 * time.Millisecond
 }
 
 // openJoined opens n members of a new dynamic group one by one: each Open
@@ -169,7 +170,7 @@ func TestJoinOneByOne(t *testing.T) {
 func TestJoinInitialHosts(t *testing.T) {
 	g := testGroup()
 	a := openOne(t, g, 0, nil)
-	b := openOne(t, g, 1, func(_ int, c *Config) { c.InitialHosts = []netip.AddrPort{a.LocalAddr()} })
+	b := openOne(t, g, 1, func(_ int, c *Config) { c.Membership.InitialHosts = []netip.AddrPort{a.LocalAddr()} })
 	defer closeInOrder(t, []*Member{a, b})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -183,7 +184,7 @@ func TestJoinContextEnds(t *testing.T) {
 	base := runtime.NumGoroutine()
 	c := Config{Group: testGroup()}
 	gmsTestConfig(&c)
-	c.DiscoveryTimeout = 5 * time.Second // discovery outlasts the context
+	c.Membership.DiscoveryTimeout = 5 * time.Second // discovery outlasts the context
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	m, err := Open(ctx, c)
@@ -258,12 +259,12 @@ func testExactDeliveryJoined(t *testing.T, thr Threading, keys []Key) {
 	}
 	base := runtime.NumGoroutine()
 	recs := []*recorder{newRecorder(-1), newRecorder(-1), newRecorder(-1)}
+	faults := make([]*faultCounter, 3)
 	ms := openJoined(t, 3, func(i int, c *Config) {
 		c.Handler = recs[i]
-		c.LossRate = 0.05
-		c.LossSeed = uint64(i + 1)
-		c.Threading = thr
-		c.BundleBytes = 8 << 10 // enough datagrams that 5% loss drops some (64 KB bundles: ~90 in a -race run)
+		faults[i] = overMem(c, memtransport.Faults{Loss: 0.05, Seed: uint64(i + 1)})
+		c.Agent.Threading = thr
+		c.Tuning.BundleBytes = 8 << 10 // enough datagrams that 5% loss drops some (64 KB bundles: ~90 in a -race run)
 		c.Keys, c.Encrypt = keys, keys != nil
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -273,9 +274,9 @@ func testExactDeliveryJoined(t *testing.T, thr Threading, keys []Key) {
 	}
 	sendAll(t, ctx, ms, recs, 3, perSender, true)
 	var injected uint64
-	for _, m := range ms {
+	for i, m := range ms {
 		s := m.Stats()
-		injected += s.Drops.Injected
+		injected += faults[i].counts().Dropped
 		require.Zero(t, s.LostRanges)
 	}
 	require.NotZero(t, injected)
@@ -357,8 +358,7 @@ func TestCrashExcluded(t *testing.T) {
 	recs := []*recorder{newRecorder(-1), newRecorder(-1), newRecorder(-1)}
 	ms := openJoined(t, 3, func(i int, c *Config) {
 		c.Handler = recs[i]
-		c.LossRate = 0.05
-		c.LossSeed = uint64(i + 7)
+		overMem(c, memtransport.Faults{Loss: 0.05, Seed: uint64(i + 7)})
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -564,16 +564,16 @@ func testStateTransferLateJoiner(t *testing.T, thr Threading, keys []Key) {
 	}
 	apps := []counterApp{{newRecorder(-1)}, {newRecorder(-1)}, {newRecorder(-1)}}
 	mod := func(i int, c *Config) {
-		c.Threading = thr
+		c.Agent.Threading = thr
 		// Paced senders (about 1s of traffic), so that the join and the
 		// transfer happen while messages flow.
-		c.RateLimit = 200_000
-		c.BundleBytes = 4096
+		c.Tuning.RateLimit = 200_000
+		c.Tuning.BundleBytes = 4096
 		c.Handler = apps[i]
 		c.Keys = keys
-		c.GetState = apps[i].getState
-		c.SetState = apps[i].setState
-		c.FetchState = true
+		c.Membership.GetState = apps[i].getState
+		c.Membership.SetState = apps[i].setState
+		c.Membership.FetchState = true
 	}
 	g := testGroup()
 	ms := []*Member{open(g, 0, mod), open(g, 1, mod)}

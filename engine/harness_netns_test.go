@@ -487,7 +487,7 @@ func requireInjected(t *testing.T, res []netnsResult) {
 	t.Helper()
 	var injected, retrans, naks uint64
 	for _, x := range res {
-		injected += x.Stats.Drops.Injected
+		injected += x.Injected
 		retrans += x.Stats.Retransmitted
 		naks += x.Stats.NakSent
 	}

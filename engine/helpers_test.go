@@ -9,10 +9,13 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/engine/transport"
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -41,7 +44,7 @@ func openGroup(t testing.TB, n int, mod func(i int, c *Config)) []*Member {
 	ids := testMembers(n)
 	out := make([]*Member, n)
 	for i := range out {
-		c := Config{Group: g, Self: ids[i], Members: ids, Logger: quietLogger()}
+		c := Config{Group: g, Self: ids[i], Logger: quietLogger(), Membership: MembershipConfig{Members: ids}}
 		if mod != nil {
 			mod(i, &c)
 		}
@@ -225,4 +228,51 @@ func checkNoLeak(t testing.TB, base int) {
 		}
 		t.Fatalf("goroutine leak: %d running, %d before\n%s", n, base, strings.Join(ours, "\n\n"))
 	}
+}
+
+// memNet is the in-memory network (memtransport) the package's tests put
+// members on to inject faults at their receivers.
+var memNet = memtransport.NewNetwork()
+
+// Faults the tests inject.
+var (
+	none  = memtransport.Faults{}
+	loss5 = memtransport.Faults{Loss: 0.05}
+	messy = memtransport.Faults{Loss: 0.05, Duplicate: 0.05, Reorder: 0.05}
+)
+
+// faultCounter reads what the fault injector of one member did; a nil
+// counter (a member without faults) reads zero.
+type faultCounter struct {
+	p atomic.Pointer[memtransport.Faulty]
+}
+
+func (fc *faultCounter) counts() memtransport.FaultCounts {
+	if fc == nil {
+		return memtransport.FaultCounts{}
+	}
+	if f := fc.p.Load(); f != nil {
+		return f.Counts()
+	}
+	return memtransport.FaultCounts{}
+}
+
+// overMem puts c's member on memNet, in place of the UDP backend, with f
+// applied to what it receives (none: nothing). Every member of a group
+// must be on memNet to hear the others.
+func overMem(c *Config, f memtransport.Faults) *faultCounter {
+	c.Transport.Open = memNet.Open
+	return wrapFaults(c, f)
+}
+
+// wrapFaults applies f to what c's member receives, over the transport it
+// opens (UDP for a test that needs real sockets: a raw attacker).
+func wrapFaults(c *Config, f memtransport.Faults) *faultCounter {
+	fc := &faultCounter{}
+	c.Transport.Wrap = func(t transport.Transport) transport.Transport {
+		x := f.Wrap(t)
+		fc.p.Store(x)
+		return x
+	}
+	return fc
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -73,16 +74,25 @@ func TestInvokedOneGoroutine(t *testing.T) {
 	g := testGroup()
 	ids := testMembers(members)
 	ms := make([]*Member, members)
+	faults := make([]*faultCounter, members)
 	for i := range ms {
-		m, err := Open(context.Background(), Config{Group: g, Self: ids[i], Members: ids, Logger: quietLogger(),
-			Threading: ThreadingInvoked, RingCapacity: 64, Window: 256, LossRate: 0.02, LossSeed: uint64(i + 20)})
+		c := Config{
+			Group:      g,
+			Self:       ids[i],
+			Logger:     quietLogger(),
+			Membership: MembershipConfig{Members: ids},
+			Agent:      AgentConfig{Threading: ThreadingInvoked},
+			Tuning:     TuningConfig{RingCapacity: 64, Window: 256},
+		}
+		faults[i] = overMem(&c, memtransport.Faults{Loss: 0.02, Seed: uint64(i + 20)})
+		m, err := Open(context.Background(), c)
 		require.NoError(t, err)
 		ms[i] = m
 	}
 	require.Equal(t, base, runtime.NumGoroutine(), "no goroutine of the members runs between Open and Close")
 	sendPollOneGoroutine(t, ms, perSender, true)
-	for _, m := range ms {
-		require.NotZero(t, m.Stats().Drops.Injected, "loss was injected")
+	for i := range ms {
+		require.NotZero(t, faults[i].counts().Dropped, "loss was injected")
 	}
 	for i, err := range closeAll(t, ms, 10*time.Second) {
 		require.NoError(t, err, "close member %d", i)
@@ -105,13 +115,14 @@ func TestInvokedBlockingCallsDrive(t *testing.T) {
 	}
 	own := &counter{}
 	ms := openGroup(t, 2, func(i int, c *Config) {
-		c.Threading = ThreadingInvoked
-		c.RingCapacity = 16
-		c.Window = 64
+		c.Agent.Threading = ThreadingInvoked
+		c.Tuning.RingCapacity = 16
+		c.Tuning.Window = 64
 		if i == 0 {
 			c.Handler = own // its own messages, delivered inside DoWork
+			overMem(c, none)
 		} else {
-			c.LossRate = 0.1
+			overMem(c, memtransport.Faults{Loss: 0.1})
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -162,7 +173,7 @@ func TestInvokedBlockingCallsDrive(t *testing.T) {
 func TestInvokedDynamicMembership(t *testing.T) {
 	d := startDriver(t)
 	g := testGroup()
-	inv := func(i int, c *Config) { c.Threading = ThreadingInvoked }
+	inv := func(i int, c *Config) { c.Agent.Threading = ThreadingInvoked }
 	a := openOne(t, g, 0, inv)
 	d.add(a)
 	b := openOne(t, g, 1, inv)
@@ -217,7 +228,7 @@ func waitViewSizeDriven(t testing.TB, ctx context.Context, m *Member, n int) {
 func TestDoWorkOnlyInvoked(t *testing.T) {
 	ms := openGroup(t, 2, func(i int, c *Config) {
 		if i == 1 {
-			c.Threading = ThreadingInvoked
+			c.Agent.Threading = ThreadingInvoked
 		}
 	})
 	require.Zero(t, ms[0].DoWork())
@@ -273,14 +284,15 @@ func TestInvokedSendBatchDirect(t *testing.T) {
 	}
 	rec := newRecorder(n) // the receiver's Handler
 	own := newRecorder(n) // the sender polls its own messages
+	faults := make([]*faultCounter, 2)
 	ms := openGroup(t, 2, func(i int, c *Config) {
-		c.Threading = ThreadingInvoked
-		c.Window = 1024
-		c.MaxDatagram = 8192
+		c.Agent.Threading = ThreadingInvoked
+		c.Tuning.Window = 1024
+		c.Tuning.MaxDatagram = 8192
+		faults[i] = overMem(c, none)
 		if i == 1 {
 			c.Handler = rec
-			c.LossRate = 0.02
-			c.LossSeed = 7
+			faults[i] = overMem(c, memtransport.Faults{Loss: 0.02, Seed: 7})
 		}
 	})
 	size := func(i int) int {
@@ -325,7 +337,7 @@ func TestInvokedSendBatchDirect(t *testing.T) {
 	st := ms[0].Stats()
 	require.NotZero(t, st.SentDirect, "some went straight into the bundle")
 	require.Less(t, st.SentDirect, uint64(n), "some went through the ring")
-	require.NotZero(t, ms[1].Stats().Drops.Injected)
+	require.NotZero(t, faults[1].counts().Dropped)
 	t.Logf("direct %d of %d, retransmitted %d", st.SentDirect, n, st.Retransmitted)
 }
 
@@ -336,7 +348,7 @@ func TestInvokedSendBatchDirect(t *testing.T) {
 func TestInvokedWaitWork(t *testing.T) {
 	rec := newRecorder(2)
 	ms := openGroup(t, 2, func(i int, c *Config) {
-		c.Threading = ThreadingInvoked
+		c.Agent.Threading = ThreadingInvoked
 		if i == 1 {
 			c.Handler = rec
 		}
@@ -388,8 +400,8 @@ func TestInvokedWaitWork(t *testing.T) {
 // flushes what is held.
 func TestInvokedStreamingFlush(t *testing.T) {
 	ms := openGroup(t, 2, func(i int, c *Config) {
-		c.Threading = ThreadingInvoked
-		c.MaxDatagram = 1500
+		c.Agent.Threading = ThreadingInvoked
+		c.Tuning.MaxDatagram = 1500
 	})
 	d := startDriver(t)
 	d.add(ms[1])

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
@@ -52,14 +53,20 @@ func TestIPv6GroupInNetns(t *testing.T) {
 	ids := testMembers(n)
 	recs := make([]*recorder, n)
 	ms := make([]*Member, n)
+	faults := make([]*faultCounter, n)
 	for i := range ms {
 		recs[i] = newRecorder(-1)
 		c := Config{
-			Group: group, Interface: "va", AllowNonLoopback: true, Insecure: true,
-			Unicast: netip.MustParseAddrPort("[fd00:77::1]:0"),
-			Self:    ids[i], Members: ids, Handler: recs[i],
-			LossRate: 0.05, LossSeed: uint64(i + 1), Logger: quietLogger(),
+			Group:      group,
+			Interface:  "va",
+			Insecure:   true,
+			Self:       ids[i],
+			Handler:    recs[i],
+			Logger:     quietLogger(),
+			Network:    NetworkConfig{AllowNonLoopback: true, Unicast: netip.MustParseAddrPort("[fd00:77::1]:0")},
+			Membership: MembershipConfig{Members: ids},
 		}
+		faults[i] = wrapFaults(&c, memtransport.Faults{Loss: 0.05, Seed: uint64(i + 1)}) // over UDP: the namespace is the point
 		m, err := openInNetns(ns, c)
 		require.NoError(t, err, "member %d", i)
 		ms[i] = m
@@ -78,7 +85,7 @@ func TestIPv6GroupInNetns(t *testing.T) {
 	var injected uint64
 	for i, m := range ms {
 		st := m.Stats()
-		injected += st.Drops.Injected
+		injected += faults[i].counts().Dropped
 		require.NotZero(t, st.DatagramsIn, "member %d read datagrams", i)
 		require.Equal(t, netip.MustParseAddr("fd00:77::1"), m.LocalAddr().Addr(), "member %d", i)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -22,7 +21,7 @@ import (
 // that runs the protocol, and the application's API. Send, TrySend,
 // TryClaim, Poll, Events and Stats are safe for concurrent use.
 type Member struct {
-	cfg  Config
+	cfg  settings
 	tr   transport.Transport
 	info transport.Info
 	pool *wire.Pool
@@ -85,20 +84,20 @@ type Member struct {
 }
 
 // Open validates cfg, opens the transport and starts the agent. With
-// dynamic membership (Config.Members nil, the default) it joins the group
-// through gms: discovery (multicast, or Config.InitialHosts), then
+// dynamic membership (Config.Membership.Members nil, the default) it joins the group
+// through gms: discovery (multicast, or Config.Membership.InitialHosts), then
 // JOIN_REQ with a new incarnation per attempt, founding a new group as its
 // coordinator when nobody answers discovery; it returns once the view and
-// digest of the JoinRsp are installed (and, with Config.FetchState, the
+// digest of the JoinRsp are installed (and, with Config.Membership.FetchState, the
 // application state), or an error wrapping ErrJoinFailed (or
 // ErrStateTransfer) and the cause when ctx ends or the join gives up
-// (Config.JoinAttempts). With static membership it installs the static
+// (Config.Membership.JoinAttempts). With static membership it installs the static
 // view at once. ctx bounds the opening only; the member lives until Close.
-func Open(ctx context.Context, cfg Config) (*Member, error) {
+func Open(ctx context.Context, config Config) (*Member, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
-	cfg, err := cfg.withDefaults()
+	cfg, err := config.resolve()
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
@@ -121,7 +120,7 @@ func Open(ctx context.Context, cfg Config) (*Member, error) {
 		stateCh:   make(chan error, 1),
 	}
 	m.selfV.Store(cfg.Self)
-	if m.sec, err = newSecurity(cfg); err != nil {
+	if m.sec, err = newSecurity(&cfg); err != nil {
 		tr.Close()
 		return nil, fmt.Errorf("open: %w: %w", ErrInvalidConfig, err)
 	}
@@ -281,7 +280,7 @@ func (m *Member) abort() {
 }
 
 // Config returns the configuration in force, defaults filled in.
-func (m *Member) Config() Config { return m.cfg }
+func (m *Member) Config() Config { return m.cfg.config() }
 
 // LocalAddr returns the unicast address this member sends from.
 func (m *Member) LocalAddr() netip.AddrPort { return m.tr.LocalAddr() }
@@ -292,7 +291,7 @@ func (m *Member) now() time.Duration { return time.Since(m.epoch) }
 // TrySend copies payload into the publication ring and returns at once:
 // ErrBackPressure when the ring is full (the agent has not caught up, or the
 // protocol's retention window is full until the group has delivered what it
-// holds), ErrTooLarge above Config.MaxMessage, ErrClosed after Close began.
+// holds), ErrTooLarge above Config.Tuning.MaxMessage, ErrClosed after Close began.
 // It does not allocate; payload may be reused as soon as it returns.
 func (m *Member) TrySend(payload []byte) error {
 	if len(payload) > m.cfg.MaxMessage {
@@ -370,10 +369,10 @@ func (m *Member) Send(ctx context.Context, payload []byte) error {
 // TrySendBatch is TrySend for several messages, in order: it copies the
 // longest prefix of payloads that fits in the publication ring now and
 // returns how many it took. The prefix is claimed with one atomic
-// operation (a plain store with Config.ExclusiveSender) and published
+// operation (a plain store with Config.Agent.ExclusiveSender) and published
 // with one store, where TrySend pays both per message. err is
 // ErrBackPressure when the ring had room for fewer than all (n may be 0),
-// ErrTooLarge when payloads[n] exceeds Config.MaxMessage (those before it
+// ErrTooLarge when payloads[n] exceeds Config.Tuning.MaxMessage (those before it
 // are taken), ErrClosed after Close. The payloads are copied: the caller
 // may reuse them at once.
 func (m *Member) TrySendBatch(payloads [][]byte) (n int, err error) {
@@ -594,7 +593,7 @@ func (m *Member) Poll(h Handler, limit int) int {
 // Close stops sending, waits until everything this member sent is stable
 // (delivered by every member of the view) or ctx ends, then, with dynamic
 // membership, leaves the group gracefully (the coordinator installs a view
-// without this member; bounded by Config.LeaveTimeout and ctx), stops the
+// without this member; bounded by Config.Membership.LeaveTimeout and ctx), stops the
 // agent and releases the sockets. In pull mode, messages not yet polled
 // when Close is called are discarded so that stability can progress. It
 // returns an error wrapping ctx's when the drain was cut short (the others
@@ -664,8 +663,3 @@ func (m *Member) wakeSender() { m.ag.signalSender() }
 // coordStableInterval caps the coordinator's STABLE interval (see
 // Member.newProtocol).
 const coordStableInterval = time.Millisecond
-
-// lossRNG is the seeded generator of injected receive loss.
-func newLossRNG(seed uint64, self digest.Member) *rand.Rand {
-	return rand.New(rand.NewPCG(seed, self.ID^uint64(self.Inc)<<32^0x9e3779b97f4a7c15))
-}

@@ -24,6 +24,8 @@ import (
 	"github.com/nakcast/nakcast/bench"
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/engine"
+	"github.com/nakcast/nakcast/engine/transport"
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 )
 
 // The multi-process tests (netns_test.go) run every member as its own
@@ -74,7 +76,7 @@ type netnsMemberConfig struct {
 	SuspectTimeout    time.Duration
 	ProbeTimeout      time.Duration
 	DiscoveryTimeout  time.Duration
-	// Transport is engine.Config.Transport ("": UDP).
+	// Transport is engine.Config.Transport.Backend ("": UDP).
 	Transport string
 	Result    string
 	// KeyFile is the group key file (the run generates one): datagrams
@@ -125,6 +127,7 @@ type netnsResult struct {
 	After    int
 	Left     []string // EventLeft errors (an exclusion by mistake)
 	Stats    engine.Stats
+	Injected uint64 // datagrams the loss injection dropped
 	CloseErr string
 }
 
@@ -331,28 +334,24 @@ func netnsMemberMain(path string, stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	cfg := engine.Config{
-		Keys:              keys,
-		Insecure:          len(keys) == 0,
-		Group:             mc.Group,
-		Interface:         "eth0",
-		TTL:               1,
-		Unicast:           mc.Unicast,
-		AllowNonLoopback:  true,
-		Self:              digest.Member{ID: mc.ID, Inc: 1},
-		Handler:           app,
-		GetState:          app.getState,
-		SetState:          app.setState,
-		FetchState:        mc.FetchState,
-		LossRate:          mc.LossRate,
-		LossSeed:          mc.LossSeed,
-		RateLimit:         mc.RateLimit,
-		Window:            mc.Window,
-		HeartbeatInterval: mc.HeartbeatInterval,
-		SuspectTimeout:    mc.SuspectTimeout,
-		ProbeTimeout:      mc.ProbeTimeout,
-		DiscoveryTimeout:  mc.DiscoveryTimeout,
-		Transport:         mc.Transport,
-		Logger:            slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Keys:       keys,
+		Insecure:   len(keys) == 0,
+		Group:      mc.Group,
+		Interface:  "eth0",
+		Self:       digest.Member{ID: mc.ID, Inc: 1},
+		Handler:    app,
+		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Network:    engine.NetworkConfig{TTL: 1, Unicast: mc.Unicast, AllowNonLoopback: true},
+		Membership: engine.MembershipConfig{GetState: app.getState, SetState: app.setState, FetchState: mc.FetchState, HeartbeatInterval: mc.HeartbeatInterval, SuspectTimeout: mc.SuspectTimeout, ProbeTimeout: mc.ProbeTimeout, DiscoveryTimeout: mc.DiscoveryTimeout},
+		Tuning:     engine.TuningConfig{RateLimit: mc.RateLimit, Window: mc.Window},
+		Transport:  engine.TransportConfig{Backend: mc.Transport},
+	}
+	var faulty *memtransport.Faulty
+	if mc.LossRate > 0 {
+		cfg.Transport.Wrap = func(t transport.Transport) transport.Transport {
+			faulty = memtransport.Faults{Loss: mc.LossRate, Seed: mc.LossSeed}.Wrap(t)
+			return faulty
+		}
 	}
 	octx, ocancel := context.WithTimeout(ctx, 60*time.Second)
 	m, err := engine.Open(octx, cfg)
@@ -457,6 +456,9 @@ func netnsMemberMain(path string, stdin io.Reader, stdout io.Writer) error {
 			}
 			ccancel()
 			res.Stats = m.Stats()
+			if faulty != nil {
+				res.Injected = faulty.Counts().Dropped
+			}
 			app.mu.Lock()
 			for _, s := range slices.SortedFunc(maps.Keys(app.s), func(x, y digest.Member) int {
 				return cmp.Or(cmp.Compare(x.ID, y.ID), cmp.Compare(x.Inc, y.Inc))

@@ -57,7 +57,7 @@ func (m *Member) newMembership() (membership, error) {
 
 // newGMS creates the dynamic membership state machine for m.
 func (m *Member) newGMS() (*gms.GMS, error) {
-	cfg := m.cfg
+	cfg := &m.cfg
 	var hosts []string
 	for _, h := range cfg.InitialHosts {
 		hosts = append(hosts, h.String())
@@ -89,7 +89,7 @@ func (m *Member) newGMS() (*gms.GMS, error) {
 
 // newNakack creates the protocol for one incarnation.
 func (m *Member) newNakack(self digest.Member, stableIval time.Duration) (*nakack.Protocol, error) {
-	cfg := m.cfg
+	cfg := &m.cfg
 	return nakack.New(nakack.Config{
 		Self:           self,
 		Group:          cfg.GroupID,
@@ -105,7 +105,7 @@ func (m *Member) newNakack(self digest.Member, stableIval time.Duration) (*nakac
 		DiscardOwn:     cfg.DiscardOwn,
 		StableInterval: stableIval,
 		StableBytes:    int64(cfg.StableBytes),
-		Seed:           cfg.LossSeed ^ self.ID ^ uint64(self.Inc)<<32,
+		Seed:           self.ID ^ uint64(self.Inc)<<32,
 		Logger:         cfg.Logger,
 		RepairBurst:    repairBurst(cfg, m.protoDatagram()),
 		InFlightBytes:  max(cfg.InFlightBytes, 0), // -1: no limit
@@ -124,7 +124,7 @@ func (m *Member) newNakack(self digest.Member, stableIval time.Duration) (*nakac
 // receiver can lose in one go (its socket overflowing), so that a burst of
 // loss is repaired in one round; at least nakack's default of 64
 // datagrams.
-func repairBurst(cfg Config, datagram int) int {
+func repairBurst(cfg *settings, datagram int) int {
 	return max(cfg.InFlightBytes, 64*datagram)
 }
 
@@ -162,7 +162,7 @@ func (m *Member) newProtocol(self digest.Member, now time.Duration) (gms.Protoco
 // a leave, or a rejoin replacing it) and returns every buffer it holds to
 // the pool: what it queued to send and what its windows retain (Close), so
 // that the old incarnation's messages stop counting against
-// Config.PoolBytes. It stays as lastProto for Stats (counters and window
+// Config.Tuning.PoolBytes. It stays as lastProto for Stats (counters and window
 // numbers only).
 func (m *Member) dropProtocol() {
 	p := m.proto
@@ -272,13 +272,13 @@ func (l *listener) StateInstalled(err error) {
 	}
 }
 
-// stateApp adapts Config.GetState/SetState to gms.StateApp.
+// stateApp adapts Config.Membership.GetState/SetState to gms.StateApp.
 type stateApp struct{ m *Member }
 
 // State implements gms.StateApp.
 func (s stateApp) State() ([]byte, error) {
 	if s.m.cfg.GetState == nil {
-		return nil, errors.New("engine: no Config.GetState")
+		return nil, errors.New("engine: no Config.Membership.GetState")
 	}
 	var b bytes.Buffer
 	if err := s.m.cfg.GetState(&b); err != nil {
@@ -290,7 +290,7 @@ func (s stateApp) State() ([]byte, error) {
 // SetState implements gms.StateApp.
 func (s stateApp) SetState(b []byte) error {
 	if s.m.cfg.SetState == nil {
-		return errors.New("engine: no Config.SetState")
+		return errors.New("engine: no Config.Membership.SetState")
 	}
 	return s.m.cfg.SetState(bytes.NewReader(b))
 }

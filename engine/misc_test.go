@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,7 +21,7 @@ func TestIPv6Group(t *testing.T) {
 	recs := []*recorder{newRecorder(200), newRecorder(200)}
 	var ms []*Member
 	for i := range ids {
-		m, err := Open(context.Background(), Config{Group: g, Self: ids[i], Members: ids, Handler: recs[i], Logger: quietLogger()})
+		m, err := Open(context.Background(), Config{Group: g, Self: ids[i], Handler: recs[i], Logger: quietLogger(), Membership: MembershipConfig{Members: ids}})
 		if err != nil {
 			t.Skipf("no IPv6 multicast on loopback here: %v", err)
 		}
@@ -66,8 +67,8 @@ func TestRateLimit(t *testing.T) {
 	rec := newRecorder(total / 1000)
 	ms := openGroup(t, 1, func(_ int, c *Config) {
 		c.Handler = rec
-		c.RateLimit = rate
-		c.BundleBytes = 8192
+		c.Tuning.RateLimit = rate
+		c.Tuning.BundleBytes = 8192
 	})
 	start := time.Now()
 	buf := make([]byte, 1000)
@@ -88,8 +89,7 @@ func TestLargeMessages(t *testing.T) {
 	recs := []*recorder{newRecorder(len(sizes)), newRecorder(len(sizes))}
 	ms := openGroup(t, 2, func(i int, c *Config) {
 		c.Handler = recs[i]
-		c.LossRate = 0.05
-		c.LossSeed = uint64(i + 100)
+		overMem(c, memtransport.Faults{Loss: 0.05, Seed: uint64(i + 100)})
 	})
 	for i, n := range sizes {
 		require.NoError(t, ms[0].Send(context.Background(), payloadOf(0, i, n)))

@@ -210,6 +210,6 @@ func TestNetnsLateJoinerState(t *testing.T) {
 	require.Less(t, inState, senders*n, "part of the stream was delivered after the state")
 	require.Equal(t, senders*n-inState, j.After, "the joiner applied after the state exactly what the state did not hold")
 	// Messages delivered between the join and the state's installation
-	// are superseded by the state (Config.SetState).
+	// are superseded by the state (Config.Membership.SetState).
 	t.Logf("the joiner's state held %d messages; it applied %d after it (delivered %d in all)", inState, j.After, j.Stats.Delivered)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -25,10 +26,9 @@ func TestTrySendPollOneGoroutine(t *testing.T) {
 	}
 	const members = 3
 	ms := openGroup(t, members, func(i int, c *Config) {
-		c.RingCapacity = 64
-		c.Window = 256
-		c.LossRate = 0.02
-		c.LossSeed = uint64(i + 10)
+		c.Tuning.RingCapacity = 64
+		c.Tuning.Window = 256
+		overMem(c, memtransport.Faults{Loss: 0.02, Seed: uint64(i + 10)})
 	})
 	sendPollOneGoroutine(t, ms, perSender, false)
 	var bp uint64
@@ -130,9 +130,9 @@ func TestClaimCommitAbort(t *testing.T) {
 	require.Equal(t, 3, rec.count[m.Self()])
 	require.Empty(t, rec.errs)
 	require.Equal(t, uint64(3), rec.last[m.Self()], "an aborted claim uses no protocol seqno")
-	_, err := m.TryClaim(m.Config().MaxMessage + 1)
+	_, err := m.TryClaim(m.Config().Tuning.MaxMessage + 1)
 	require.ErrorIs(t, err, ErrTooLarge)
-	require.ErrorIs(t, m.TrySend(make([]byte, m.Config().MaxMessage+1)), ErrTooLarge)
+	require.ErrorIs(t, m.TrySend(make([]byte, m.Config().Tuning.MaxMessage+1)), ErrTooLarge)
 }
 
 // counter is a Handler that only counts.
@@ -154,7 +154,7 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 		size  int
 		thr   Threading
 		batch bool   // SendBatch in batches of 64 instead of TrySend
-		excl  bool   // Config.ExclusiveSender
+		excl  bool   // Config.Agent.ExclusiveSender
 		auth  string // "", "signed" (Config.Keys) or "encrypted" (and Config.Encrypt)
 	}{{64, ThreadingShared, false, false, ""}, {1024, ThreadingShared, false, false, ""}, {64, ThreadingDedicated, false, false, ""}, {1024, ThreadingDedicated, false, false, ""},
 		{64, ThreadingShared, true, false, ""}, {1024, ThreadingDedicated, true, false, ""},
@@ -178,8 +178,8 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 			keys := testKeys(t, 1)
 			ms := openGroup(t, 2, func(i int, c *Config) {
 				c.Handler = cs[i]
-				c.Threading = tc.thr
-				c.ExclusiveSender = tc.excl
+				c.Agent.Threading = tc.thr
+				c.Agent.ExclusiveSender = tc.excl
 				if tc.auth != "" {
 					c.Keys, c.Encrypt = keys, tc.auth == "encrypted"
 				}
@@ -225,7 +225,7 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 			// Like testing.AllocsPerRun, but the buffer pools' growth is
 			// accounted apart: a new retention high-water mark (it depends
 			// on when stability rounds fall) makes a pool allocate a
-			// datagram buffer (2 allocations), bounded by Config.PoolBytes
+			// datagram buffer (2 allocations), bounded by Config.Tuning.PoolBytes
 			// and reused for ever after: memory bounded by config, not an
 			// allocation per message.
 			poolAllocs := func() uint64 { return ms[0].pool.Stats().Allocs + ms[1].pool.Stats().Allocs }
@@ -256,8 +256,14 @@ func TestSendWaitingWhenClosed(t *testing.T) {
 	ids := testMembers(2)
 	// Member 1 never starts: nothing becomes stable, so a small window
 	// fills and Send waits.
-	m, err := Open(context.Background(), Config{Group: testGroup(), Self: ids[0], Members: ids, Logger: quietLogger(),
-		Window: 64, RingCapacity: 2, Handler: HandlerFunc(func(digest.Member, uint64, []byte) {})})
+	m, err := Open(context.Background(), Config{
+		Group:      testGroup(),
+		Self:       ids[0],
+		Logger:     quietLogger(),
+		Handler:    HandlerFunc(func(digest.Member, uint64, []byte) {}),
+		Membership: MembershipConfig{Members: ids},
+		Tuning:     TuningConfig{Window: 64, RingCapacity: 2},
+	})
 	require.NoError(t, err)
 	errc := make(chan error, 1)
 	go func() {

@@ -31,7 +31,7 @@ func TestRejoinFiltersOwnDataAndReleasesPool(t *testing.T) {
 	ms := openJoined(t, 2, func(i int, c *Config) {
 		c.Handler = recs[i]
 		if i == 1 {
-			c.SuspectTimeout = time.Minute
+			c.Membership.SuspectTimeout = time.Minute
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -26,7 +26,7 @@ import (
 //     address from where gms sent the JOIN_REQ, a coordinator its joiners'
 //     from where it sent their JoinRsp; a small ring whose oldest entry
 //     gives way, and which a view member's entry always overrides;
-//   - the configuration, with static membership and Config.MemberAddrs;
+//   - the configuration, with static membership and Config.Membership.MemberAddrs;
 //   - with static membership without them, a bind on first contact that
 //     an off-path spoofer cannot complete: an ADDRESS challenge goes to the
 //     address a datagram claiming the member came from, with a nonce only

@@ -28,7 +28,7 @@ type security struct {
 }
 
 // newSecurity returns cfg's authentication (nil without keys).
-func newSecurity(cfg Config) (*security, error) {
+func newSecurity(cfg *settings) (*security, error) {
 	if len(cfg.Keys) == 0 {
 		return nil, nil
 	}
@@ -68,7 +68,7 @@ func (c *Config) checkKeys(off bool) error {
 
 // authMode names the mode for logs and Stats: "open", "signed" or
 // "encrypted".
-func (c *Config) authMode() string {
+func (c *settings) authMode() string {
 	switch {
 	case len(c.Keys) == 0:
 		return "open"

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/engine/auth"
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 	"github.com/nakcast/nakcast/wire"
 )
 
@@ -47,8 +48,8 @@ func TestKeyedGroupDeliversExactly(t *testing.T) {
 			keys := testKeys(t, 1)
 			recs := []*recorder{newRecorder(3 * (n + 1)), newRecorder(3 * (n + 1)), newRecorder(3 * (n + 1))}
 			ms := openGroup(t, 3, func(i int, c *Config) {
-				c.Keys, c.Encrypt, c.Handler, c.Threading = keys, encrypt, recs[i], tc.thr
-				c.LossRate, c.LossSeed = 0.05, uint64(i+1)
+				c.Keys, c.Encrypt, c.Handler, c.Agent.Threading = keys, encrypt, recs[i], tc.thr
+				overMem(c, memtransport.Faults{Loss: 0.05, Seed: uint64(i + 1)})
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
@@ -110,7 +111,7 @@ func TestStrangersDeliverNothing(t *testing.T) {
 	recs := []*recorder{newRecorder(200), newRecorder(200), newRecorder(-1), newRecorder(-1)}
 	ms := make([]*Member, 4)
 	for i := range ms {
-		c := Config{Group: g, Self: ids[i], Members: ids, Logger: quietLogger(), Handler: recs[i], StableInterval: time.Millisecond}
+		c := Config{Group: g, Self: ids[i], Logger: quietLogger(), Handler: recs[i], Membership: MembershipConfig{Members: ids}, Tuning: TuningConfig{StableInterval: time.Millisecond}}
 		switch i {
 		case 0, 1:
 			c.Keys = keys
@@ -224,9 +225,9 @@ func TestConfigKeys(t *testing.T) {
 		{"open on loopback", Config{}, true},
 		{"keyed on loopback", Config{Keys: keys}, true},
 		{"encrypted", Config{Keys: keys[:1], Encrypt: true}, true},
-		{"open off loopback refused", Config{Unicast: off, AllowNonLoopback: true}, false},
-		{"insecure off loopback", Config{Unicast: off, AllowNonLoopback: true, Insecure: true}, true},
-		{"keyed off loopback", Config{Unicast: off, AllowNonLoopback: true, Keys: keys}, true},
+		{"open off loopback refused", Config{Network: NetworkConfig{Unicast: off, AllowNonLoopback: true}}, false},
+		{"insecure off loopback", Config{Insecure: true, Network: NetworkConfig{Unicast: off, AllowNonLoopback: true}}, true},
+		{"keyed off loopback", Config{Keys: keys, Network: NetworkConfig{Unicast: off, AllowNonLoopback: true}}, true},
 		{"insecure with keys", Config{Keys: keys, Insecure: true}, false},
 		{"encrypt without keys", Config{Encrypt: true}, false},
 		{"zero key", Config{Keys: []Key{{}}}, false},
@@ -346,7 +347,7 @@ func TestStrangerCannotJoin(t *testing.T) {
 // receiver keeps each socket's datagrams in a replay window of its own.
 func TestSealPathFollowsDestination(t *testing.T) {
 	for _, encrypt := range []bool{false, true} {
-		sec, err := newSecurity(Config{GroupID: 7, Keys: testKeys(t, 1), Encrypt: encrypt})
+		sec, err := newSecurity(&settings{NetworkConfig: NetworkConfig{GroupID: 7}, Keys: testKeys(t, 1), Encrypt: encrypt})
 		require.NoError(t, err)
 		pool := wire.NewPool(0, 0)
 		var w wbatch

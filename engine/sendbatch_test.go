@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,8 +20,8 @@ func TestSendBatch(t *testing.T) {
 	const n = 3000
 	rec0, rec1 := newRecorder(n), newRecorder(n)
 	ms := openGroup(t, 2, func(i int, c *Config) {
-		c.RingCapacity = 64
-		c.MaxMessage = 1 << 17
+		c.Tuning.RingCapacity = 64
+		c.Tuning.MaxMessage = 1 << 17
 		c.Handler = []*recorder{rec0, rec1}[i]
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -74,7 +75,7 @@ func TestSendBatch(t *testing.T) {
 func TestTrySendBatchFullRing(t *testing.T) {
 	rec := newRecorder(16 + 8)
 	ms := openGroup(t, 2, func(i int, c *Config) {
-		c.RingCapacity = 16
+		c.Tuning.RingCapacity = 16
 		if i == 1 {
 			c.Handler = rec
 		} else {
@@ -111,7 +112,7 @@ func TestTrySendBatchFullRing(t *testing.T) {
 	require.GreaterOrEqual(t, s.Stats().BackPressure, uint64(2))
 }
 
-// TestExclusiveSender: with Config.ExclusiveSender the sending goroutine
+// TestExclusiveSender: with Config.Agent.ExclusiveSender the sending goroutine
 // (one at a time; here the role passes between goroutines over a channel)
 // mixes TrySend, SendBatch and TryClaim/Commit/Abort, with 5% loss at the
 // receiver: both members deliver every message exactly once, in order.
@@ -122,15 +123,16 @@ func TestExclusiveSender(t *testing.T) {
 	}
 	rec := newRecorder(n)
 	own := newRecorder(n)
+	faults := make([]*faultCounter, 2)
 	ms := openGroup(t, 2, func(i int, c *Config) {
-		c.ExclusiveSender = true
-		c.RingCapacity = 256
-		c.MaxDatagram = 8192
+		c.Agent.ExclusiveSender = true
+		c.Tuning.RingCapacity = 256
+		c.Tuning.MaxDatagram = 8192
 		c.Handler = own
+		faults[i] = overMem(c, none)
 		if i == 1 {
 			c.Handler = rec
-			c.LossRate = 0.05
-			c.LossSeed = 11
+			faults[i] = overMem(c, memtransport.Faults{Loss: 0.05, Seed: 11})
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -201,5 +203,5 @@ func TestExclusiveSender(t *testing.T) {
 		require.Equal(t, h, r.hash[ms[0].Self()])
 		r.mu.Unlock()
 	}
-	require.NotZero(t, ms[1].Stats().Drops.Injected)
+	require.NotZero(t, faults[1].counts().Dropped)
 }

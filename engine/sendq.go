@@ -59,7 +59,7 @@ type sendQueue struct {
 	inline int
 	amask  uint64
 	big    []bigClass // class c holds *[]byte of cap 1<<c
-	// exclusive: one producer at a time (Config.ExclusiveSender), which
+	// exclusive: one producer at a time (Config.Agent.ExclusiveSender), which
 	// claims without an atomic read-modify-write.
 	exclusive bool
 

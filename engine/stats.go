@@ -27,7 +27,6 @@ type counters struct {
 	socketErrors         atomic.Uint64
 	receiveErrors        atomic.Uint64
 	sendErrors           atomic.Uint64
-	dropInjected         atomic.Uint64
 	dropMalformed        atomic.Uint64
 	dropForeignGroup     atomic.Uint64
 	dropNoBuffer         atomic.Uint64
@@ -81,8 +80,6 @@ type Drops struct {
 	// NoBuffer: datagrams not read or not built because the buffer pool
 	// was over budget.
 	NoBuffer uint64
-	// Injected: received datagrams dropped by Config.LossRate.
-	Injected uint64
 	// SendFailed: outgoing datagrams the socket refused.
 	SendFailed uint64
 	// Reassembly: fragments dropped by the reassembly bound.
@@ -183,7 +180,7 @@ type Stats struct {
 	BackPressureWaits    uint64
 	ProtocolBackPressure uint64
 	// FlowControlWaits counts times the agent held back messages because
-	// Config.InFlightBytes of this member's data were not yet stable.
+	// Config.Tuning.InFlightBytes of this member's data were not yet stable.
 	FlowControlWaits uint64
 	// SentDirect counts messages TrySendBatch wrote straight into the
 	// protocol's bundle, past the publication ring (ThreadingInvoked).
@@ -205,7 +202,7 @@ type Stats struct {
 	MembershipIn uint64
 	// AddressProbes counts the ADDRESS challenges sent and AddressesBound
 	// the static members bound to their address by the echo (static
-	// membership without Config.MemberAddrs).
+	// membership without Config.Membership.MemberAddrs).
 	AddressProbes  uint64
 	AddressesBound uint64
 	Drops          Drops
@@ -233,7 +230,7 @@ type Stats struct {
 	Transport  transport.Info
 	// Socket is the transport's counters: truncated reads, waits for a
 	// full send buffer, and whether the segmentation offloads are in use
-	// (Config.NoGSO) with how many segmented sends (GSO) and runs read at
+	// (Config.Transport.NoGSO) with how many segmented sends (GSO) and runs read at
 	// once (GRO).
 	Socket transport.Stats
 }
@@ -307,7 +304,6 @@ func (m *Member) Stats() Stats {
 			RingFull:     ps.Drops.Full,
 			WrongView:    ps.Drops.WrongView,
 			NoBuffer:     ps.Drops.NoBuffer + m.ctr.dropNoBuffer.Load(),
-			Injected:     m.ctr.dropInjected.Load(),
 			SendFailed:   m.ctr.dropSendFailed.Load(),
 			Reassembly:   ps.Drops.Reassembly,
 			Self:         ps.Drops.Self,

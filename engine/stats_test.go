@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,20 +17,21 @@ import (
 func TestStatsRepairAndPeerLag(t *testing.T) {
 	const n = 3000
 	rec := newRecorder(n)
+	faults := make([]*faultCounter, 2)
 	ms := openGroup(t, 2, func(i int, c *Config) {
 		// Small bundles: about 200 data datagrams, so 5% loss drops some
 		// (about 10) in every run.
-		c.BundleBytes = 8 << 10
+		c.Tuning.BundleBytes = 8 << 10
+		faults[i] = overMem(c, none)
 		if i == 1 {
 			c.Handler = rec
-			c.LossRate = 0.05
-			c.LossSeed = 3
+			faults[i] = overMem(c, memtransport.Faults{Loss: 0.05, Seed: 3})
 		}
 	})
 	sendAndWait(t, ms[0], rec, n)
 
 	r := ms[1].Stats()
-	require.Positive(t, r.Drops.Injected)
+	require.Positive(t, faults[1].counts().Dropped)
 	rs := r.Repair
 	require.Equal(t, r.Protocol.Repair, rs)
 	require.Positive(t, rs.Count, "lost datagrams were repaired")
@@ -43,7 +45,7 @@ func TestStatsRepairAndPeerLag(t *testing.T) {
 	require.Equal(t, rs.Count, inBuckets)
 	require.Zero(t, ms[0].Stats().Repair.Count, "the sender had nothing to repair")
 	t.Logf("receiver: %d datagrams dropped, %d repair episodes, mean %v, max %v, buckets %v",
-		r.Drops.Injected, rs.Count, rs.Mean(), rs.Max, rs.Buckets)
+		faults[1].counts().Dropped, rs.Count, rs.Mean(), rs.Max, rs.Buckets)
 
 	// The coordinator (member 0) has member 1's own report; it reaches 0
 	// lag once member 1's STABLE after its last delivery arrived.
@@ -71,14 +73,14 @@ func TestStatsRepairAndPeerLag(t *testing.T) {
 // TestSocketStatsShowGSO: Stats.Socket reports the transport's counters;
 // with small datagrams on loopback a sender's full bundles go out
 // segmented (GSO) and the receiver reads them in runs (GRO) unless
-// Config.NoGSO, and are delivered all the same.
+// Config.Transport.NoGSO, and are delivered all the same.
 func TestSocketStatsShowGSO(t *testing.T) {
 	const n = 5000
 	for _, noGSO := range []bool{false, true} {
 		rec := newRecorder(n)
 		ms := openGroup(t, 2, func(i int, c *Config) {
-			c.MaxDatagram = 1472
-			c.NoGSO = noGSO
+			c.Tuning.MaxDatagram = 1472
+			c.Transport.NoGSO = noGSO
 			if i == 1 {
 				c.Handler = rec
 			}

@@ -25,10 +25,12 @@ func Example_xdp() {
 	}
 	m, err := engine.Open(ctx, engine.Config{
 		Group:     netip.MustParseAddrPort("239.77.1.1:45600"),
-		Interface: "eth0", Unicast: netip.MustParseAddrPort("10.199.0.1:0"), // an address of eth0
-		TTL: 1, AllowNonLoopback: true, Keys: []engine.Key{key},
-		Transport: engine.TransportXDP, // or TransportAuto
-		XDP:       ebpf.Options{},      // Mode "native"/"generic", ring sizes, BusyPoll: defaults
+		Interface: "eth0",
+		Keys:      []engine.Key{key},
+		Network: engine.NetworkConfig{Unicast: netip.MustParseAddrPort("10.199.0.1:0"), // an address of eth0
+			TTL: 1, AllowNonLoopback: true},
+		Transport: engine.TransportConfig{Backend: engine.TransportXDP, // or TransportAuto
+			XDP: ebpf.Options{}}, // Mode "native"/"generic", ring sizes, BusyPoll: defaults
 	})
 	if err != nil {
 		log.Fatal(err)

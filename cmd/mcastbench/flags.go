@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/bench"
+	"github.com/nakcast/nakcast/ebpf"
 	"github.com/nakcast/nakcast/engine"
 )
 
@@ -72,7 +73,7 @@ func (f *engineFlags) register(fs *flag.FlagSet, members int, duration time.Dura
 	fs.StringVar(&f.keyFile, "key-file", "", "group key file, one key a line as \"ID HEX\" (32 or 64 hex digits), the current key first (engine.Config.Keys): every datagram is authenticated; the key is never printed")
 	fs.BoolVar(&f.encrypt, "encrypt", false, "with -key-file, also encrypt datagram bodies (engine.Config.Encrypt)")
 	fs.BoolVar(&f.insecure, "insecure", false, "off loopback, run in open mode without a key (engine.Config.Insecure); namespace runs otherwise generate a key")
-	fs.BoolVar(&f.exclusive, "exclusive-sender", false, "each sender sends from one goroutine and says so (engine.Config.ExclusiveSender): its publication ring claims without a compare-and-swap")
+	fs.BoolVar(&f.exclusive, "exclusive-sender", false, "each sender sends from one goroutine and says so (engine.Config.Agent.ExclusiveSender): its publication ring claims without a compare-and-swap")
 }
 
 // check validates the flags the way engine.Config would, naming the flag.
@@ -155,11 +156,17 @@ func (f *engineFlags) memberConfig() bench.MemberConfig {
 	if f.group != "" {
 		g = netip.MustParseAddrPort(f.group)
 	}
-	return bench.MemberConfig{Members: f.members, Senders: senders, Group: g, Interface: f.iface,
-		MsgSize: f.size, Count: f.count, Duration: f.duration, Idle: idle, Threading: thr, Transport: f.transport,
-		MaxDatagram: f.datagram, BundleBytes: f.bundleBytes, BundleDelay: f.bundleDelay, Window: f.window,
-		SampleEvery: sampleEvery(f.sample, f.size), SendBatch: f.batch, DiscardOwn: f.discardOwn,
-		ExclusiveSender: f.exclusive, NoGSO: f.noGSO, XDPMode: f.xdpMode, Keys: keys, KeyFile: keyFile, Encrypt: f.encrypt, Insecure: f.insecure}
+	return bench.MemberConfig{
+		Members:     f.members,
+		Senders:     senders,
+		MsgSize:     f.size,
+		Count:       f.count,
+		Duration:    f.duration,
+		SampleEvery: sampleEvery(f.sample, f.size),
+		SendBatch:   f.batch,
+		KeyFile:     keyFile,
+		Config:      engine.Config{Group: g, Interface: f.iface, Agent: engine.AgentConfig{Idle: idle, Threading: thr, ExclusiveSender: f.exclusive}, Transport: engine.TransportConfig{Backend: f.transport, NoGSO: f.noGSO, XDP: ebpf.Options{Mode: f.xdpMode}}, Tuning: engine.TuningConfig{MaxDatagram: f.datagram, BundleBytes: f.bundleBytes, BundleDelay: f.bundleDelay, Window: f.window}, DiscardOwn: f.discardOwn, Keys: keys, Encrypt: f.encrypt, Insecure: f.insecure},
+	}
 }
 
 // sampleEvery is the latency sampling: every message from 1 KiB up, one

@@ -115,8 +115,13 @@ func loopbackSuite(ctx context.Context, sizes []int, receivers int, duration tim
 			if ctx.Err() != nil {
 				break
 			}
-			cfg := bench.MemberConfig{Members: receivers + 1, MsgSize: size, Duration: duration, SampleEvery: sampleEvery(0, size), Interface: "lo",
-				Keys: sc.keys, Encrypt: sc.encrypt}
+			cfg := bench.MemberConfig{
+				Members:     receivers + 1,
+				MsgSize:     size,
+				Duration:    duration,
+				SampleEvery: sampleEvery(0, size),
+				Config:      engine.Config{Interface: "lo", Keys: sc.keys, Encrypt: sc.encrypt},
+			}
 			l, name := sc.loss, sc.name
 			cpu0 := bench.ProcessCPU()
 			rs, err := runGroup(ctx, cfg, l, fmt.Sprintf("nakcast %s %s", bench.FormatBytes(size), name), statsEvery, stderr)
@@ -219,10 +224,10 @@ func watch(ms []*engine.Member, label string, statsEvery time.Duration, stop <-c
 			for i, m := range ms {
 				s := m.Stats()
 				p := prev[i]
-				fmt.Fprintf(stderr, "stats %s member %d: sent %s/s delivered %s/s retrans %d naks %d/%d lost-ranges %d backlog %d bp-waits %d flow-waits %d drops inj %d full %d nobuf %d\n",
+				fmt.Fprintf(stderr, "stats %s member %d: sent %s/s delivered %s/s retrans %d naks %d/%d lost-ranges %d backlog %d bp-waits %d flow-waits %d drops full %d nobuf %d\n",
 					label, i, bench.FormatRate(float64(s.Sent-p.Sent)/dt), bench.FormatRate(float64(s.Delivered-p.Delivered)/dt),
 					s.Retransmitted, s.NakSent, s.NakReceived, s.LostRanges, s.Backlog, s.BackPressureWaits, s.FlowControlWaits,
-					s.Drops.Injected, s.Drops.RingFull, s.Drops.NoBuffer)
+					s.Drops.RingFull, s.Drops.NoBuffer)
 				prev[i] = s
 			}
 		}

@@ -71,7 +71,7 @@ func runResults(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fmt.Fprintf(&b, "process per network namespace on a bridge, veth MTU 1500 (1472 B datagrams) and 9000 (8972 B); their raw row is the\n")
 	fmt.Fprintf(&b, "same bundler as one process per namespace (`mcastbench raw-member`, member 0 sending) between the same namespaces,\n")
 	fmt.Fprintf(&b, "just before. Both use UDP segmentation offloads (UDP_SEGMENT: a run of equal datagrams goes through the kernel's\n")
-	fmt.Fprintf(&b, "send path once; UDP_GRO: the receiver reads it at once; see engine.Config.NoGSO); the paths marked \"nogso\" run both without them,\n")
+	fmt.Fprintf(&b, "send path once; UDP_GRO: the receiver reads it at once; see engine.Config.Transport.NoGSO); the paths marked \"nogso\" run both without them,\n")
 	fmt.Fprintf(&b, "a datagram at a time (the bundler as the engine issue defines it). Loss: injected at the receivers (nakcast); the raw\n")
 	fmt.Fprintf(&b, "rows' loss is what the kernel dropped. The %q rows (nogso paths) run the members with\n", invokedCase)
 	fmt.Fprintf(&b, "engine.ThreadingInvoked (each member's agent on its application goroutine: one goroutine a member, as the bundler's),\n")
@@ -138,8 +138,14 @@ func netnsResults(ctx context.Context, exe string, mtu int, sizes []int, members
 					return rows, ctx.Err()
 				}
 				fmt.Fprintf(stderr, "%s nakcast %s %s ...\n", p, bench.FormatBytes(size), caseName(loss))
-				cfg := bench.MemberConfig{Members: members, MsgSize: size, Duration: duration, LossRate: loss, SampleEvery: sampleEvery(0, size), NoGSO: noGSO,
-					Insecure: true}
+				cfg := bench.MemberConfig{
+					Members:     members,
+					MsgSize:     size,
+					Duration:    duration,
+					LossRate:    loss,
+					SampleEvery: sampleEvery(0, size),
+					Config:      engine.Config{Transport: engine.TransportConfig{NoGSO: noGSO}, Insecure: true},
+				}
 				rs, err := bench.RunNetns(ctx, bench.NetnsRunConfig{Member: cfg, Netns: ns, Exe: []string{exe, "member"}})
 				if len(rs) == 0 {
 					return rows, fmt.Errorf("nakcast %d B: %w", size, err)
@@ -151,8 +157,14 @@ func netnsResults(ctx context.Context, exe string, mtu int, sizes []int, members
 				// member (ThreadingInvoked), messages handed over 64 at a
 				// time, the sender not delivering its own.
 				fmt.Fprintf(stderr, "%s nakcast %s invoked ...\n", p, bench.FormatBytes(size))
-				cfg := bench.MemberConfig{Members: members, MsgSize: size, Duration: duration, SampleEvery: sampleEvery(0, size), NoGSO: noGSO,
-					Threading: engine.ThreadingInvoked, SendBatch: 64, DiscardOwn: true, Insecure: true}
+				cfg := bench.MemberConfig{
+					Members:     members,
+					MsgSize:     size,
+					Duration:    duration,
+					SampleEvery: sampleEvery(0, size),
+					SendBatch:   64,
+					Config:      engine.Config{Transport: engine.TransportConfig{NoGSO: noGSO}, Agent: engine.AgentConfig{Threading: engine.ThreadingInvoked}, DiscardOwn: true, Insecure: true},
+				}
 				rs, err := bench.RunNetns(ctx, bench.NetnsRunConfig{Member: cfg, Netns: ns, Exe: []string{exe, "member"}})
 				if len(rs) == 0 {
 					return rows, fmt.Errorf("nakcast %d B invoked: %w", size, err)
@@ -189,7 +201,7 @@ func xdpResults(ctx context.Context, exe string, members int, duration time.Dura
 			name = "open mode (-insecure)"
 		}
 		fmt.Fprintf(stderr, "AF_XDP comparison, %s ...\n", name)
-		cfg := bench.MemberConfig{Members: members, MsgSize: 64, Duration: duration, SampleEvery: sampleEvery(0, 64), NoGSO: true, Insecure: insecure}
+		cfg := bench.MemberConfig{Members: members, MsgSize: 64, Duration: duration, SampleEvery: sampleEvery(0, 64), Config: engine.Config{Transport: engine.TransportConfig{NoGSO: true}, Insecure: insecure}}
 		figs, err := bench.CompareTransports(ctx, bench.TransportCompareConfig{
 			Transports: []string{engine.TransportXDP, engine.TransportUDP, bench.UDPWithOffloads}, Member: cfg, Netns: ns,
 			Exe: []string{exe, "member"}, PingExe: []string{exe, "pingpong-member"}, RawExe: []string{exe, "raw-member"}})

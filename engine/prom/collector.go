@@ -90,7 +90,7 @@ func New(m *engine.Member, constLabels prometheus.Labels) *Collector {
 	counter("socket_send_waits_total", "Writes that found the send buffer full and waited.", func(s *engine.Stats) uint64 { return s.Socket.SendWaits })
 	counter("gso_sends_total", "Segmented sends (GSO): runs of datagrams handed to the kernel as one.", func(s *engine.Stats) uint64 { return s.Socket.GSOSends })
 	counter("gro_runs_total", "Runs of datagrams read at once (GRO).", func(s *engine.Stats) uint64 { return s.Socket.GRORuns })
-	gauge("gso_enabled", "1 while writes use UDP segmentation offload (Config.NoGSO, or the kernel refused it).", func(s *engine.Stats) float64 { return b2f(s.Socket.GSO) })
+	gauge("gso_enabled", "1 while writes use UDP segmentation offload (Config.Transport.NoGSO, or the kernel refused it).", func(s *engine.Stats) float64 { return b2f(s.Socket.GSO) })
 	gauge("gro_enabled", "1 while the group socket reads with UDP_GRO.", func(s *engine.Stats) float64 { return b2f(s.Socket.GRO) })
 	gauge("repair_latency_max_seconds", "Longest repair episode (gap detected to filled) of the current incarnation.", func(s *engine.Stats) float64 { return s.Repair.Max.Seconds() })
 	c.drops = prometheus.NewDesc("nakcast_drops_total", "Dropped datagrams or messages by reason.", []string{"reason"}, l)
@@ -129,7 +129,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		v      uint64
 	}{
 		{"malformed", d.Malformed}, {"foreign_group", d.ForeignGroup}, {"not_member", d.NotMember}, {"ring_full", d.RingFull},
-		{"wrong_view", d.WrongView}, {"no_buffer", d.NoBuffer}, {"injected", d.Injected},
+		{"wrong_view", d.WrongView}, {"no_buffer", d.NoBuffer},
 		{"send_failed", d.SendFailed}, {"reassembly", d.Reassembly}, {"self", d.Self},
 		{"not_joined", d.NotJoined}, {"bad_address", d.BadAddress}, {"departed", d.Departed},
 		{"auth_no_trailer", d.Auth.NoTrailer}, {"auth_unknown_key", d.Auth.UnknownKey}, {"auth_replay", d.Auth.Replay},

@@ -83,7 +83,7 @@ func TestCollectorRepairAndLag(t *testing.T) {
 	nop := engine.HandlerFunc(func(digest.Member, uint64, []byte) {})
 	var ms []*engine.Member
 	for _, id := range ids {
-		m, err := engine.Open(context.Background(), engine.Config{Group: g, Self: id, Members: ids, Handler: nop})
+		m, err := engine.Open(context.Background(), engine.Config{Group: g, Self: id, Handler: nop, Membership: engine.MembershipConfig{Members: ids}})
 		require.NoError(t, err)
 		ms = append(ms, m)
 	}
@@ -153,8 +153,12 @@ func TestCollectorAuthDrops(t *testing.T) {
 	key, err := auth.GenerateKey(1)
 	require.NoError(t, err)
 	const group = 0x70726f6d
-	m, err := engine.Open(context.Background(), engine.Config{Group: g, GroupID: group, Keys: []engine.Key{key},
-		Handler: engine.HandlerFunc(func(digest.Member, uint64, []byte) {})})
+	m, err := engine.Open(context.Background(), engine.Config{
+		Group:   g,
+		Keys:    []engine.Key{key},
+		Handler: engine.HandlerFunc(func(digest.Member, uint64, []byte) {}),
+		Network: engine.NetworkConfig{GroupID: group},
+	})
 	require.NoError(t, err)
 	defer m.Close(context.Background())
 	hb, err := wire.EncodeHeartbeat(make([]byte, 128), wire.Header{Group: group, Sender: digest.Member{ID: 99, Inc: 1}},

@@ -60,8 +60,8 @@ func main() {
 func open(ctx context.Context, cfg engine.Config) (*engine.Member, *Store, error) {
 	st := NewStore(cfg.Self.ID)
 	cfg.Handler = st
-	if cfg.Members == nil {
-		cfg.GetState, cfg.SetState, cfg.FetchState = st.WriteState, st.ReadState, true
+	if cfg.Membership.Members == nil {
+		cfg.Membership.GetState, cfg.Membership.SetState, cfg.Membership.FetchState = st.WriteState, st.ReadState, true
 	}
 	m, err := engine.Open(ctx, cfg)
 	if err != nil {
@@ -92,10 +92,10 @@ func run(id uint64, members, group string, verbose bool, in io.Reader, out io.Wr
 		level = slog.LevelDebug
 	}
 	cfg := engine.Config{
-		Group:   g,
-		Self:    digest.Member{ID: id, Inc: 1},
-		Members: ms,
-		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		Group:      g,
+		Self:       digest.Member{ID: id, Inc: 1},
+		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
+		Membership: engine.MembershipConfig{Members: ms},
 	}
 	if id == 0 {
 		cfg.Self = digest.Member{}

@@ -89,7 +89,7 @@ func (s *Store) Lost(sender digest.Member, from, to uint64) {
 }
 
 // WriteState writes the whole map and the Lamport clock (engine
-// Config.GetState: state transfer to a joiner). Deleted keys are kept as
+// Config.Membership.GetState: state transfer to a joiner). Deleted keys are kept as
 // tombstones so that an older write arriving later still loses.
 func (s *Store) WriteState(w io.Writer) error {
 	s.mu.Lock()
@@ -114,7 +114,7 @@ func (s *Store) WriteState(w io.Writer) error {
 }
 
 // ReadState replaces the map with a state written by WriteState (engine
-// Config.SetState).
+// Config.Membership.SetState).
 func (s *Store) ReadState(r io.Reader) error {
 	b, err := io.ReadAll(r)
 	if err != nil {

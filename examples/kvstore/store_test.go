@@ -13,21 +13,28 @@ import (
 
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/engine"
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 	"github.com/stretchr/testify/require"
 )
 
-// TestStoresConverge runs three stores on loopback, each writing the same
-// keys concurrently with receive loss injected, and checks that all end
-// with the same map.
+// TestStoresConverge runs three stores on an in-memory network, each
+// writing the same keys concurrently with receive loss injected, and
+// checks that all end with the same map.
 func TestStoresConverge(t *testing.T) {
+	net := memtransport.NewNetwork()
 	g := netip.AddrPortFrom(netip.AddrFrom4([4]byte{239, 78, byte(rand.IntN(256)), 1}), uint16(20000+rand.IntN(40000)))
 	ids := []digest.Member{{ID: 1, Inc: 1}, {ID: 2, Inc: 1}, {ID: 3, Inc: 1}}
 	stores := make([]*Store, len(ids))
 	ms := make([]*engine.Member, len(ids))
 	for i := range ids {
 		stores[i] = NewStore(ids[i].ID)
-		m, err := engine.Open(context.Background(), engine.Config{Group: g, Self: ids[i], Members: ids,
-			Handler: stores[i], LossRate: 0.05, LossSeed: uint64(i + 1)})
+		m, err := engine.Open(context.Background(), engine.Config{
+			Group:      g,
+			Self:       ids[i],
+			Handler:    stores[i],
+			Transport:  engine.TransportConfig{Open: net.Open, Wrap: memtransport.Faults{Loss: 0.05, Seed: uint64(i + 1)}.WrapTransport},
+			Membership: engine.MembershipConfig{Members: ids},
+		})
 		require.NoError(t, err)
 		ms[i] = m
 	}
@@ -84,7 +91,7 @@ func TestLateJoinerGetsMap(t *testing.T) {
 	g := netip.AddrPortFrom(netip.AddrFrom4([4]byte{239, 78, byte(rand.IntN(256)), 2}), uint16(20000+rand.IntN(40000)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg := engine.Config{Group: g, Logger: slog.New(slog.DiscardHandler), DiscoveryTimeout: 200 * time.Millisecond}
+	cfg := engine.Config{Group: g, Logger: slog.New(slog.DiscardHandler), Membership: engine.MembershipConfig{DiscoveryTimeout: 200 * time.Millisecond}}
 	var ms []*engine.Member
 	var stores []*Store
 	defer func() {
