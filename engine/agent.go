@@ -694,15 +694,13 @@ func (a *agent) holdBack(why error) bool {
 // With ThreadingInvoked the ring is empty at every DoWork (the goroutine
 // that fills it also drains it), so "the ring is idle", the flush rule of
 // the other modes, is true at every DoWork, and an application that sends
-// between its DoWork calls got a short datagram each time: DoWork every
-// 1024 messages of 64 B left every other datagram an eighth full, 514
-// messages a datagram on average instead of 944, at 0.44x the raw
-// bundler's rate instead of 0.63x (BenchmarkEngineLoopback
-// invoked+batch+discardown, medians of 5). A message sent alone, or a
-// trickle of less than a datagram between two DoWork calls, is still
-// flushed at once; a held bundle waits one DoWork at most: the next one
-// either fills it, holds it again because a datagram's worth more came
-// (the application is still sending), or flushes it.
+// between its DoWork calls would get a short datagram each time (with
+// DoWork every 1024 messages of 64 B, every other datagram an eighth
+// full). A message sent alone, or a trickle of less than a datagram
+// between two DoWork calls, is still flushed at once; a held bundle waits
+// one DoWork at most: the next one either fills it, holds it again because
+// a datagram's worth more came (the application is still sending), or
+// flushes it.
 func (a *agent) streaming() bool {
 	p := a.m.proto
 	return a.m.invoked() && p.NextSeq() != a.drainSeq && p.Bundles() != a.drainBundles
@@ -771,11 +769,7 @@ func (a *agent) noteFull() {
 
 // flushHeld flushes the open bundle when the agent stops handing messages
 // to the protocol for a while (rate limit, flow control, back-pressure):
-// what it holds should not wait for the hold to end. It also avoids keeping
-// a bundle open across a stability purge of its own messages: nakack as of
-// dea4fbc releases the open bundle's buffer reference on such a purge and
-// the next Send into the bundle dereferences it (BundleDelay still keeps
-// bundles open across iterations and is exposed to that until fixed).
+// what it holds should not wait for the hold to end.
 func (a *agent) flushHeld(now time.Duration) int {
 	if !a.unflushed {
 		return 0

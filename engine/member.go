@@ -19,7 +19,8 @@ import (
 
 // Member is one open member of a group: the sockets, the agent goroutine
 // that runs the protocol, and the application's API. Send, TrySend,
-// TryClaim, Poll, Events and Stats are safe for concurrent use.
+// TryClaim, Poll, PollEvents, NextEvent and Stats are safe for concurrent
+// use.
 type Member struct {
 	cfg  settings
 	tr   transport.Transport
