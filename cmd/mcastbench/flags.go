@@ -165,7 +165,18 @@ func (f *engineFlags) memberConfig() bench.MemberConfig {
 		SampleEvery: sampleEvery(f.sample, f.size),
 		SendBatch:   f.batch,
 		KeyFile:     keyFile,
-		Config:      engine.Config{Group: g, Interface: f.iface, Agent: engine.AgentConfig{Idle: idle, Threading: thr, ExclusiveSender: f.exclusive}, Transport: engine.TransportConfig{Backend: f.transport, NoGSO: f.noGSO, XDP: ebpf.Options{Mode: f.xdpMode}}, Tuning: engine.TuningConfig{MaxDatagram: f.datagram, BundleBytes: f.bundleBytes, BundleDelay: f.bundleDelay, Window: f.window}, DiscardOwn: f.discardOwn, Keys: keys, Encrypt: f.encrypt, Insecure: f.insecure},
+		Config: engine.Config{
+			Group:      g,
+			Interface:  f.iface,
+			DiscardOwn: f.discardOwn,
+			Keys:       keys,
+			Encrypt:    f.encrypt,
+			Insecure:   f.insecure,
+			Transport:  engine.TransportConfig{Backend: f.transport, NoGSO: f.noGSO, XDP: ebpf.Options{Mode: f.xdpMode}},
+			Tuning: engine.TuningConfig{MaxDatagram: f.datagram, BundleBytes: f.bundleBytes,
+				BundleDelay: f.bundleDelay, Window: f.window},
+			Agent: engine.AgentConfig{Idle: idle, Threading: thr, ExclusiveSender: f.exclusive},
+		},
 	}
 }
 
