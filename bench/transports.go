@@ -17,7 +17,7 @@ import (
 // alike, the figures the medians of the repeats.
 
 // UDPWithOffloads names, in a comparison, the UDP backend with its
-// segmentation offloads on whatever MemberConfig.NoGSO says: the backend
+// segmentation offloads on whatever MemberConfig.Transport.NoGSO says: the backend
 // as users run it by default, beside "udp" run like the others.
 const UDPWithOffloads = "udp+gso"
 

@@ -41,7 +41,7 @@ type membership interface {
 func (m *Member) dynamic() bool { return m.cfg.Members == nil }
 
 // newMembership creates the membership state machine for m: gms, or a
-// fixed view of Config.Members whose departure lingers closeLingerRounds
+// fixed view of Config.Membership.Members whose departure lingers closeLingerRounds
 // stability intervals (see gms.Fixed).
 func (m *Member) newMembership() (membership, error) {
 	if m.dynamic() {
