@@ -27,10 +27,15 @@ func Example_xdp() {
 		Group:     netip.MustParseAddrPort("239.77.1.1:45600"),
 		Interface: "eth0",
 		Keys:      []engine.Key{key},
-		Network: engine.NetworkConfig{Unicast: netip.MustParseAddrPort("10.199.0.1:0"), // an address of eth0
-			TTL: 1, AllowNonLoopback: true},
-		Transport: engine.TransportConfig{Backend: engine.TransportXDP, // or TransportAuto
-			XDP: ebpf.Options{}}, // Mode "native"/"generic", ring sizes, BusyPoll: defaults
+		Network: engine.NetworkConfig{
+			Unicast:          netip.MustParseAddrPort("10.199.0.1:0"), // an address of eth0
+			TTL:              1,
+			AllowNonLoopback: true,
+		},
+		Transport: engine.TransportConfig{
+			Backend: engine.TransportXDP, // or TransportAuto
+			XDP:     ebpf.Options{},      // Mode "native"/"generic", ring sizes, BusyPoll: defaults
+		},
 	})
 	if err != nil {
 		log.Fatal(err)
