@@ -110,6 +110,9 @@ type MemberConfig struct {
 	Start <-chan struct{}
 }
 
+// maxMembers bounds MemberConfig.Members.
+const maxMembers = 1024
+
 func (c MemberConfig) withDefaults() (MemberConfig, error) {
 	if c.RunID == 0 {
 		return c, errors.New("bench: MemberConfig.RunID must not be 0")
@@ -117,8 +120,8 @@ func (c MemberConfig) withDefaults() (MemberConfig, error) {
 	if c.Members == 0 {
 		c.Members = 1
 	}
-	if c.Members < 1 || c.Members > 1024 {
-		return c, fmt.Errorf("bench: MemberConfig.Members %d: want 1..1024", c.Members)
+	if c.Members < 1 || c.Members > maxMembers {
+		return c, fmt.Errorf("bench: MemberConfig.Members %d: want 1..%d", c.Members, maxMembers)
 	}
 	if c.Index < 0 || c.Index >= c.Members {
 		return c, fmt.Errorf("bench: MemberConfig.Index %d: want 0..%d", c.Index, c.Members-1)
@@ -536,6 +539,12 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 	if err != nil {
 		return MemberResult{}, fmt.Errorf("bench: member %d: %w", cfg.Index, err)
 	}
+	if max := m.Config().Tuning.MaxMessage; cfg.MsgSize > max {
+		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = m.Close(closeCtx)
+		cancel()
+		return MemberResult{}, fmt.Errorf("bench: member %d: MsgSize %d: larger than the engine's largest message (Tuning.MaxMessage %d)", cfg.Index, cfg.MsgSize, max)
+	}
 	if cfg.Ready != nil {
 		cfg.Ready(m)
 	}
@@ -600,13 +609,18 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 	defer tick.Stop()
 
 	var graceC <-chan time.Time
-	ctxDone := ctx.Done()
+	ctxDone, sendDoneC := ctx.Done(), (<-chan struct{})(sendDone)
 	timedOut := false
 wait:
 	for {
 		select {
 		case <-h.done:
 			break wait
+		case <-sendDoneC:
+			if sendErr != nil {
+				break wait // the last message will not come from here
+			}
+			sendDoneC = nil
 		case <-tick.C:
 			sample()
 		case <-ctxDone:

@@ -381,6 +381,9 @@ func TestMemberMainUsageErrors(t *testing.T) {
 		{[]string{"-group", "239.1.2.3:5000", "-bogus"}, "bogus"},
 		{[]string{"-group", "239.1.2.3:5000", "-index", "3", "-members", "2"}, "Index"},
 		{[]string{"-group", "239.1.2.3:5000", "-batch", "-2"}, "-batch"},
+		{[]string{"-group", "239.1.2.3:5000", "-members", "0"}, "-members 0"},
+		{[]string{"-group", "239.1.2.3:5000", "-size", "100000000"}, "-size 100000000"},
+		{[]string{"-group", "239.1.2.3:5000", "-interface", "eth0"}, "-unicast ADDR:PORT is required off loopback"},
 	} {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			var out, errOut bytes.Buffer
@@ -390,4 +393,16 @@ func TestMemberMainUsageErrors(t *testing.T) {
 			require.Empty(t, out.String())
 		})
 	}
+}
+
+// TestRunMemberTooLargeFailsAtOnce: a MsgSize above the engine's largest
+// message is an error as soon as the member opens, not a wait for the
+// Timeout (the sends would all fail with ErrTooLarge).
+func TestRunMemberTooLargeFailsAtOnce(t *testing.T) {
+	cfg := MemberConfig{RunID: 9, MsgSize: 2000, Count: 10, Timeout: 5 * time.Minute,
+		Config: engine.Config{Group: RandomGroup(), Tuning: engine.TuningConfig{MaxMessage: 1000}}}
+	start := time.Now()
+	_, err := RunMember(context.Background(), cfg)
+	require.ErrorContains(t, err, "MsgSize 2000: larger than the engine's largest message (Tuning.MaxMessage 1000)")
+	require.Less(t, time.Since(start), time.Minute, "the error waited for the timeout")
 }

@@ -119,9 +119,9 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 	index := fs.Int("index", 0, "this member's position in the view (0 is the coordinator)")
 	members := fs.Int("members", 1, "view size")
 	senders := fs.String("senders", "0", "indexes of the sending members, comma-separated")
-	group := fs.String("group", "", "multicast group ADDR:PORT in 239.0.0.0/8 (required)")
+	group := fs.String("group", "", "multicast group ADDR:PORT (required): IPv4 in 239.0.0.0/8, or IPv6 in ff01::/16, ff02::/16, ff11::/16 or ff12::/16 written [ADDR]:PORT")
 	iface := fs.String("interface", "lo", "interface")
-	unicast := fs.String("unicast", "", "unicast bind address ADDR:PORT (default 127.0.0.1:0; required off loopback)")
+	unicast := fs.String("unicast", "", "unicast bind address ADDR:PORT (default 127.0.0.1:0 or [::1]:0; required off loopback unless -addrs names it)")
 	ttl := fs.Int("ttl", 0, "multicast TTL (0 on loopback, 1 on a bridge)")
 	size := fs.Int("size", 64, "message size in bytes")
 	count := fs.Int64("count", 0, "messages to send (0: send for -duration)")
@@ -159,6 +159,12 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 	if fs.NArg() > 0 {
 		return bad("unexpected argument %q", fs.Arg(0))
 	}
+	if *members < 1 || *members > maxMembers {
+		return bad("-members %d: want 1..%d", *members, maxMembers)
+	}
+	if *size > engine.DefaultMaxMessage {
+		return bad("-size %d: larger than the engine's largest message (engine.DefaultMaxMessage, %d bytes)", *size, engine.DefaultMaxMessage)
+	}
 	if *batch < 0 || *batch > maxSendBatch {
 		return bad("-batch %d: want 0..%d", *batch, maxSendBatch)
 	}
@@ -180,7 +186,7 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 		return bad("-senders %q: %v", *senders, err)
 	}
 	if *group == "" {
-		return bad("-group is required (ADDR:PORT in 239.0.0.0/8)")
+		return bad("-group is required (ADDR:PORT: 239.0.0.0/8, or [ADDR]:PORT in ff01::/16, ff02::/16, ff11::/16 or ff12::/16)")
 	}
 	if cfg.Group, err = netip.ParseAddrPort(*group); err != nil {
 		return bad("-group %q: %v", *group, err)
@@ -201,6 +207,9 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 		cfg.Membership.MemberAddrs = append(cfg.Membership.MemberAddrs, ap)
 	}
 	cfg.Network.AllowNonLoopback = *iface != "lo"
+	if cfg.Network.AllowNonLoopback && *unicast == "" && len(cfg.Membership.MemberAddrs) == 0 {
+		return bad("-interface %s: -unicast ADDR:PORT is required off loopback (this member's address on %s; the default binds 127.0.0.1, where the others cannot reach it)", *iface, *iface)
+	}
 	cfg.Encrypt, cfg.Insecure = *encrypt, *insecure
 	if cfg.Keys, cfg.KeyFile, err = ReadKeyFile(*keyFile); err != nil {
 		return bad("-key-file: %v", err)

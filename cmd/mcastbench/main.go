@@ -117,7 +117,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stderr, "mcastbench %s: %v\n", modeName(mode), err)
 		if errors.Is(err, syscall.EADDRINUSE) {
-			fmt.Fprintf(stderr, "mcastbench %s: a port asked for is in use by another process: pick another port, or port 0 for a free one\n", modeName(mode))
+			fmt.Fprintf(stderr, "mcastbench %s: a port asked for is in use by another process: pick another one (a unicast port, -unicast, may be 0 for a free one; the group port must be the same non-zero port at every member)\n", modeName(mode))
 		}
 		return 1
 	}

@@ -46,6 +46,9 @@ func TestBadFlagsExit2NamingTheFlag(t *testing.T) {
 		{[]string{"latency", "-count", "0"}, "-count"},
 		{[]string{"raw", "-receivers", "0"}, "-receivers"},
 		{[]string{"member"}, "-group"},
+		{[]string{"member", "-group", "239.77.60.32:45778", "-members", "0"}, "-members 0: want 1..1024"},
+		{[]string{"member", "-group", "239.77.60.32:45778", "-size", "100000000"}, "-size 100000000: larger than the engine's largest message"},
+		{[]string{"member", "-group", "239.77.60.32:45778", "-interface", "eth0"}, "-unicast ADDR:PORT is required off loopback"},
 		{[]string{"netns", "-mtu", "10"}, "-mtu"},
 		{[]string{"netns", "-members", "1"}, "-members"},
 		{[]string{"netns", "-plot", "x.jpg"}, "-plot"},
@@ -71,6 +74,14 @@ func TestXDPOnLoopbackRefusedWithReason(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.Equal(t, 1, run([]string{"throughput", "-transport", "xdp", "-count", "10", "-noraw"}, &out, &errOut))
 	require.Contains(t, errOut.String(), "AF_XDP unavailable")
+}
+
+// TestMemberGroupHelpNamesIPv6: member mode takes IPv6 groups, and its
+// help says which.
+func TestMemberGroupHelpNamesIPv6(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run([]string{"member", "-h"}, &out, &errOut))
+	require.Contains(t, errOut.String(), "IPv4 in 239.0.0.0/8, or IPv6 in ff01::/16, ff02::/16")
 }
 
 func TestHelpExits0(t *testing.T) {
@@ -150,6 +161,7 @@ func TestPortInUseIsSaid(t *testing.T) {
 			require.Equal(t, 1, run(args, &out, &errOut))
 			require.Contains(t, errOut.String(), "address already in use")
 			require.Contains(t, errOut.String(), "in use by another process")
+			require.Contains(t, errOut.String(), "the group port must be the same non-zero port", "port 0 is offered only for a unicast port")
 			require.Empty(t, out.String(), "no result for a member that never opened")
 		})
 	}
