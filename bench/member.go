@@ -103,6 +103,14 @@ type MemberConfig struct {
 	// messages once ctx is cancelled (default 2 s): Ctrl-C ends sending,
 	// the senders send their last message, the receivers get it.
 	Grace time.Duration
+	// Dynamic runs automatic membership (engine.Open without
+	// Membership.Members: discovery, join, failure detection, leave)
+	// instead of the static view of Members: Self is still MemberID(RunID,
+	// Index) (gms picks the incarnation), and Membership.MemberAddrs, if
+	// set, become Membership.InitialHosts (the other members' entries).
+	// Either way the member waits, before Ready, until its view holds
+	// Members members (at most viewWait).
+	Dynamic bool
 	// Ready, if set, is called once the member is open, before it sends;
 	// Start, if set, is waited on before sending (the group starts
 	// together).
@@ -190,6 +198,14 @@ func (c MemberConfig) engineConfig(h engine.Handler) (engine.Config, func() uint
 	}
 	e := c.Config
 	e.Self, e.Membership.Members, e.Handler = ids[c.Index], ids, h
+	if c.Dynamic {
+		e.Membership.Members, e.Membership.MemberAddrs = nil, nil
+		for i, a := range c.Membership.MemberAddrs {
+			if i != c.Index {
+				e.Membership.InitialHosts = append(e.Membership.InitialHosts, a)
+			}
+		}
+	}
 	var faulty atomic.Pointer[memtransport.Faulty]
 	if c.LossRate > 0 {
 		f, wrap := memtransport.Faults{Loss: c.LossRate, Seed: c.RunID ^ uint64(c.Index)}, e.Transport.Wrap
@@ -351,6 +367,11 @@ type MemberResult struct {
 	// path through the veth pair and bridge, receivers' softirqs there).
 	CPUNs       int64  `json:"cpu_ns"`
 	DatagramsIn uint64 `json:"datagrams_in"`
+	// Views are the views this member installed, in order, and Events
+	// the other engine events it got (suspicions, lost ranges, lagging,
+	// leaving), with the times it read them.
+	Views  []ViewRecord  `json:"views,omitempty"`
+	Events []EventRecord `json:"events,omitempty"`
 	// Timeline samples, every TimelineInterval from the start of sending,
 	// how many messages of the other senders this member had delivered
 	// (for throughput over time); at most MaxTimeline samples.
@@ -545,22 +566,34 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 		cancel()
 		return MemberResult{}, fmt.Errorf("bench: member %d: MsgSize %d: larger than the engine's largest message (Tuning.MaxMessage %d)", cfg.Index, cfg.MsgSize, max)
 	}
+	// With ThreadingInvoked the agent runs on a harness goroutine from
+	// the start (the group forms, receivers receive); a sender's runs on
+	// its sending goroutine once it sends (Send waits and a DoWork every
+	// invokedWorkEvery messages), then on a harness goroutine again until
+	// the run ends.
+	stopDriving := DriveInvoked(m, cfg.Agent.Idle)
+	ev := recordEvents(m, cfg.Members)
+	if !ev.waitFull(ctx, viewWait) {
+		stopDriving()
+		id, v := m.View()
+		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = m.Close(closeCtx)
+		cancel()
+		ev.stop(m, cfg.Members)
+		return MemberResult{}, fmt.Errorf("bench: member %d: its view did not reach %d members within %v (view %v has %d)", cfg.Index, cfg.Members, viewWait, id, len(v))
+	}
 	if cfg.Ready != nil {
 		cfg.Ready(m)
-	}
-	// With ThreadingInvoked a receiver's agent runs on a harness goroutine
-	// from the start; a sender's on its sending goroutine (Send waits and
-	// a DoWork every invokedWorkEvery messages), then on a harness
-	// goroutine until the run ends.
-	var stopDriving func()
-	if !cfg.sends() {
-		stopDriving = DriveInvoked(m, cfg.Agent.Idle)
 	}
 	if cfg.Start != nil {
 		select {
 		case <-cfg.Start:
 		case <-ctx.Done():
 		}
+	}
+	if cfg.sends() {
+		stopDriving()
+		stopDriving = nil
 	}
 	runCtx, cancelRun := context.WithTimeout(context.Background(), cfg.Timeout)
 	defer cancelRun()
@@ -644,6 +677,8 @@ wait:
 	closeErr := m.Close(closeCtx)
 	cancelClose()
 	res.Stats = m.Stats() // after the drain: a sender's repairs happen there too
+	ev.stop(m, cfg.Members)
+	res.Views, res.Events = ev.views, ev.events
 	res.Injected = injected()
 	// The agent has stopped: the handler's state is ours to read.
 	res.Complete = true
@@ -678,6 +713,10 @@ wait:
 	}
 	return res, err
 }
+
+// viewWait bounds how long RunMember waits, after Open, for its view to
+// hold every member of the run (dynamic membership: the others' joins).
+const viewWait = 20 * time.Second
 
 // invokedWorkEvery is how many messages an engine.ThreadingInvoked
 // sender sends between two DoWork calls of its own (besides those Send

@@ -74,6 +74,9 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 	if cfg.Transport.XDP.Mode != "" {
 		a = append(a, "-xdp-mode", cfg.Transport.XDP.Mode)
 	}
+	if !cfg.Dynamic {
+		a = append(a, "-static")
+	}
 	a = appendAuthArgs(a, cfg.KeyFile, cfg.Encrypt, cfg.Insecure)
 	if len(cfg.Membership.MemberAddrs) > 0 {
 		addrs := make([]string, len(cfg.Membership.MemberAddrs))
@@ -112,7 +115,7 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 	fs := flag.NewFlagSet("mcastbench member", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: mcastbench member -group ADDR:PORT [flags]\n\nOne engine member as its own process; writes its result as JSON (schema %s).\nEvery member of a run must get the same -run-id, -members, -senders and -group.\n\nflags:\n", MemberSchema)
+		fmt.Fprintf(stderr, "usage: mcastbench member -group ADDR:PORT [flags]\n\nOne engine member as its own process; writes its result as JSON (schema %s).\nEvery member of a run must get the same -run-id, -members, -senders, -group and -static.\nMembership is automatic (discovery, join, failure detection, leave) unless -static: each member\nwaits until its view holds -members members before it sends, and its result lists the views\nit installed and the events it got (suspect, lost, lagging, left) with their times.\n\nflags:\n", MemberSchema)
 		fs.PrintDefaults()
 	}
 	runID := fs.Uint64("run-id", 0x6e616b6300000000, "base of the run's member identities (same in every member)")
@@ -144,7 +147,8 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 	keyFile := fs.String("key-file", "", "group key file (lines \"ID HEX\", current key first; engine.Config.Keys): authenticated datagrams")
 	encrypt := fs.Bool("encrypt", false, "with -key-file, also encrypt datagram bodies (engine.Config.Encrypt)")
 	insecure := fs.Bool("insecure", false, "open mode off loopback: datagrams not authenticated (engine.Config.Insecure)")
-	addrs := fs.String("addrs", "", "every member's unicast ADDR:PORT in view order, comma-separated (engine.Config.Membership.MemberAddrs; default: bound on first contact)")
+	addrs := fs.String("addrs", "", "every member's unicast ADDR:PORT in index order, comma-separated: with -static engine.Config.Membership.MemberAddrs (default: bound on first contact), else the others' are Membership.InitialHosts (default: multicast discovery)")
+	static := fs.Bool("static", false, "a fixed view of -members members (engine.Config.Membership.Members: nobody joins, leaves or is excluded) instead of automatic membership (discovery, join, failure detection, leave)")
 	outFile := fs.String("out", "-", "result file (- for stdout)")
 	wait := fs.Bool("wait-start", false, "print "+ReadyLine+" once open, then wait for a line on stdin before sending")
 	if err := fs.Parse(args); err != nil {
@@ -180,6 +184,7 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 		SampleEvery: *sample,
 		Timeout:     *timeout,
 		SendBatch:   *batch,
+		Dynamic:     !*static,
 		Config:      engine.Config{Interface: *iface, Network: engine.NetworkConfig{TTL: *ttl}, Transport: engine.TransportConfig{Backend: *transport, NoLoopback: *noLoop, NoGSO: *noGSO, XDP: ebpf.Options{Mode: *xdpMode}}, Tuning: engine.TuningConfig{MaxDatagram: *datagram, BundleBytes: *bundle}, DiscardOwn: *discardOwn, Agent: engine.AgentConfig{ExclusiveSender: *exclusive}},
 	}
 	if cfg.Senders, err = parseInts(*senders); err != nil {

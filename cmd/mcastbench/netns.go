@@ -30,6 +30,7 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	pcapSnap := fs.Int("pcap-snaplen", 0, "with -pcap, keep at most this many bytes of each frame (0: all; 200 keeps the headers and the first messages)")
 	rate := fs.Float64("rate", 0, "messages per second each sender sends, paced (0: as fast as it can)")
 	egress := fs.Float64("egress-loss", 0, "fraction of every member's outgoing UDP datagrams the bridge drops (nftables; loss near the sender, for every receiver); with one sender and -rate, prints issue 19's repair figures from the members' counters beside the simulator's for the same group (implies -no-gso)")
+	static := fs.Bool("static", false, "the members run a fixed view (mcastbench member -static) instead of automatic membership")
 	repeat := fs.Int("repeat", 3, "with several -transport values (xdp,udp,udp+gso): rounds of the comparison, figures the medians")
 	pingCount := fs.Int("pingpong-count", 10000, "with several -transport values: round trips of each ping-pong (spinning agents; 0: none)")
 	if err := parse(fs, args); err != nil {
@@ -109,7 +110,7 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	if len(transports) > 1 {
 		cfg := ef.memberConfig()
-		cfg.LossRate = ef.loss
+		cfg.LossRate, cfg.Dynamic = ef.loss, !*static
 		pings := *pingCount
 		if pings == 0 {
 			pings = -1 // none
@@ -144,7 +145,7 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cfg := ef.memberConfig()
 	cfg.Group = ef.groupOrZero()
-	cfg.LossRate = ef.loss
+	cfg.LossRate, cfg.Dynamic = ef.loss, !*static
 	cfg.Rate = *rate
 	if cfg.Count > 0 {
 		cfg.Duration = 0 // -count decides, not the default -duration
