@@ -420,6 +420,13 @@ type TuningConfig struct {
 	StableInterval time.Duration
 	// StableBytes also triggers a STABLE after this many bytes received.
 	StableBytes int
+	// DrainTimeout bounds how long Close waits for what this member sent
+	// and received to become stable (delivered by every member of the
+	// view) before it leaves (default 5 s). Past it Close ends with an
+	// error wrapping ErrDrainTimeout that names each sender whose messages
+	// were not stable. With dynamic membership the leave that follows a
+	// drain has Membership.LeaveTimeout of its own.
+	DrainTimeout time.Duration
 	// RateLimit caps the bytes per second of payload this member sends
 	// (0: unlimited).
 	RateLimit int64

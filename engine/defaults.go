@@ -43,6 +43,8 @@ var settingsTable = []setting{
 		def: int64(DefaultStableInterval), lo: int64(time.Millisecond), hi: int64(time.Minute), doc: "how often members report what they delivered"},
 	{name: "Tuning.StableBytes", field: func(c *Config) ref { return refOf(&c.Tuning.StableBytes) },
 		def: DefaultStableBytes, lo: 1, hi: 1 << 30, doc: "bytes received that also trigger a report"},
+	{name: "Tuning.DrainTimeout", field: func(c *Config) ref { return refOf(&c.Tuning.DrainTimeout) },
+		def: int64(DefaultDrainTimeout), lo: int64(time.Millisecond), hi: int64(10 * time.Minute), doc: "bound of Close's wait for stability before it leaves"},
 	{name: "Membership.HeartbeatInterval", field: func(c *Config) ref { return refOf(&c.Membership.HeartbeatInterval) },
 		def: int64(DefaultHeartbeat), lo: int64(time.Millisecond), hi: int64(time.Minute), doc: "heartbeat period (dynamic membership)"},
 	{name: "Membership.SuspectTimeout", field: func(c *Config) ref { return refOf(&c.Membership.SuspectTimeout) },

@@ -32,4 +32,8 @@ var (
 	// ErrStateTransfer is wrapped by Open's error when Config.Membership.FetchState
 	// could not install the state (no member provided it, or ctx ended).
 	ErrStateTransfer = errors.New("engine: state transfer failed")
+	// ErrDrainTimeout is wrapped by Close's error when what the member
+	// sent or received was not stable within Config.Tuning.DrainTimeout
+	// (a member of the view that does not run or does not answer).
+	ErrDrainTimeout = errors.New("engine: drain timeout")
 )

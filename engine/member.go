@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -592,18 +593,27 @@ func (m *Member) Poll(h Handler, limit int) int {
 }
 
 // Close stops sending, waits until everything this member sent is stable
-// (delivered by every member of the view) or ctx ends, then, with dynamic
+// (delivered by every member of the view), ctx ends or
+// Config.Tuning.DrainTimeout passes (default 5 s), then, with dynamic
 // membership, leaves the group gracefully (the coordinator installs a view
 // without this member; bounded by Config.Membership.LeaveTimeout and ctx), stops the
-// agent and releases the sockets. In pull mode, messages not yet polled
-// when Close is called are discarded so that stability can progress. It
-// returns an error wrapping ctx's when the drain was cut short (the others
-// then exclude this member by failure detection); the member is closed
-// either way. Calling Close again returns the first result. It must not be
+// agent and releases the sockets: it returns within DrainTimeout (plus
+// LeaveTimeout with dynamic membership) whatever ctx. In pull mode,
+// messages not yet polled when Close is called are discarded so that
+// stability can progress. It returns an error wrapping ctx's error, or
+// ErrDrainTimeout, when the drain was cut short, naming each sender whose
+// messages were not stable (the others then exclude this member by
+// failure detection); the member is closed either way. Calling Close again returns the first result. It must not be
 // called from a Handler (nor, with ThreadingInvoked, from inside DoWork):
 // it waits for the agent, which is running the Handler.
 func (m *Member) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() {
+		bound := m.cfg.DrainTimeout
+		if m.dynamic() {
+			bound += m.cfg.LeaveTimeout
+		}
+		ctx, cancel := context.WithTimeoutCause(ctx, bound, fmt.Errorf("%w (Config.Tuning.DrainTimeout %v)", ErrDrainTimeout, m.cfg.DrainTimeout))
+		defer cancel()
 		m.drainCtx.Store(ctxHolder{ctx})
 		m.closing.Store(true)
 		if m.invoked() {
@@ -627,7 +637,7 @@ func (m *Member) Close(ctx context.Context) error {
 			err = nil
 		}
 		if !m.drained.Load() {
-			m.closeErr = fmt.Errorf("close %v: drain incomplete: %w", m.Self(), context.Cause(ctx))
+			m.closeErr = fmt.Errorf("close %v: drain incomplete%s: %w", m.Self(), m.undrained(), context.Cause(ctx))
 			if ctx.Err() == nil {
 				m.closeErr = fmt.Errorf("close %v: drain incomplete: %w", m.Self(), ErrClosed)
 			}
@@ -641,6 +651,36 @@ func (m *Member) Close(ctx context.Context) error {
 }
 
 type ctxHolder struct{ context.Context }
+
+// undrained names, for Close's error, each sender whose messages this
+// member holds but are not stable (the agent has stopped): " (not stable:
+// SENDER seqnos LOW+1..RECEIVED, ...)", or "" when none is known.
+func (m *Member) undrained() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.proto
+	if p == nil {
+		p = m.lastProto
+	}
+	if p == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, e := range p.Digest().Entries() {
+		if e.Low < e.Received {
+			if b.Len() == 0 {
+				b.WriteString(" (not stable:")
+			} else {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, " %v seqnos %d..%d", e.Member, e.Low+1, e.Received)
+		}
+	}
+	if b.Len() > 0 {
+		b.WriteString(")")
+	}
+	return b.String()
+}
 
 func (m *Member) stopAgent() {
 	m.stopOnce.Do(func() {

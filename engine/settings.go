@@ -26,6 +26,7 @@ const (
 	DefaultNakMaxInterval = 500 * time.Millisecond
 	DefaultStableInterval = 10 * time.Millisecond
 	DefaultStableBytes    = 1 << 20
+	DefaultDrainTimeout   = 5 * time.Second
 	DefaultHeartbeat      = 500 * time.Millisecond
 	DefaultSuspectTimeout = 5 * time.Second
 	// DefaultProbeTimeout, DefaultProbeAttempts, DefaultLeaveTimeout, DefaultDiscoveryTimeout
