@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,7 +60,7 @@ func TestExactDelivery(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			base := runtime.NumGoroutine()
+			base := nakcastGoroutines()
 			want := tc.senders * perSender
 			recs := make([]*recorder, tc.members)
 			for i := range recs {
@@ -155,7 +154,7 @@ func TestExactDelivery(t *testing.T) {
 // (idle, after traffic, with the context already cancelled) and checks that
 // no goroutine is left and that calls after Close fail with ErrClosed.
 func TestCloseReleasesEverything(t *testing.T) {
-	base := runtime.NumGoroutine()
+	base := nakcastGoroutines()
 	for _, idle := range []IdleStrategy{IdleBlock, IdleYield, IdleSpin} {
 		t.Run(idle.String(), func(t *testing.T) {
 			ids := testMembers(2)

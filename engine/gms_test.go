@@ -133,7 +133,7 @@ func requireSameView(t testing.TB, ms []*Member, ordered bool) digest.ViewID {
 // discovery; the first founds the group and coordinates; all end with the
 // same view in join order.
 func TestJoinOneByOne(t *testing.T) {
-	base := runtime.NumGoroutine()
+	base := nakcastGoroutines()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ms := openJoined(t, 3, nil)
@@ -181,7 +181,7 @@ func TestJoinInitialHosts(t *testing.T) {
 // TestJoinContextEnds: Open returns ErrJoinFailed wrapping the context's
 // error when the join cannot complete in time, and leaves nothing running.
 func TestJoinContextEnds(t *testing.T) {
-	base := runtime.NumGoroutine()
+	base := nakcastGoroutines()
 	c := Config{Group: testGroup()}
 	gmsTestConfig(&c)
 	c.Membership.DiscoveryTimeout = 5 * time.Second // discovery outlasts the context
@@ -257,7 +257,7 @@ func testExactDeliveryJoined(t *testing.T, thr Threading, keys []Key) {
 	if raceEnabled || testing.Short() {
 		perSender = 2000
 	}
-	base := runtime.NumGoroutine()
+	base := nakcastGoroutines()
 	recs := []*recorder{newRecorder(-1), newRecorder(-1), newRecorder(-1)}
 	faults := make([]*faultCounter, 3)
 	ms := openJoined(t, 3, func(i int, c *Config) {
@@ -354,7 +354,7 @@ func TestCoordinatorLeaves(t *testing.T) {
 // from each other up to one cut and end with the same prefix of them (5%
 // loss, so the survivors' windows differ when it dies).
 func TestCrashExcluded(t *testing.T) {
-	base := runtime.NumGoroutine()
+	base := nakcastGoroutines()
 	recs := []*recorder{newRecorder(-1), newRecorder(-1), newRecorder(-1)}
 	ms := openJoined(t, 3, func(i int, c *Config) {
 		c.Handler = recs[i]
@@ -550,7 +550,7 @@ func TestInvokedStateTransferLateJoiner(t *testing.T) {
 // the members run with them (TestKeyedStateTransferLateJoiner).
 func testStateTransferLateJoiner(t *testing.T, thr Threading, keys []Key) {
 	const perSender = 3000
-	base := runtime.NumGoroutine()
+	base := nakcastGoroutines()
 	var d *driver
 	if thr == ThreadingInvoked {
 		d = startDriver(t)

@@ -206,27 +206,58 @@ func fillPayload(b []byte, k, i int) {
 	}
 }
 
-// checkNoLeak fails if goroutines started after base are still running
-// after a grace period polled without sleeping as synchronisation: it
-// retries until the count drops or the deadline passes, and prints the
-// stacks of what is left.
-func checkNoLeak(t testing.TB, base int) {
+// goroutines is a snapshot of the running goroutines that run nakcast
+// code or were started by it (test runners excepted), by goroutine id:
+// what a test compares instead of runtime.NumGoroutine, whose count moves
+// with every unrelated goroutine (an earlier test's still exiting, the
+// runtime's, the testing package's).
+type goroutines map[string]string
+
+// nakcastGoroutines takes that snapshot.
+func nakcastGoroutines() goroutines {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	gs := goroutines{}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		id, _, ok := strings.Cut(strings.TrimPrefix(g, "goroutine "), " ")
+		if ok && strings.Contains(g, "github.com/nakcast/nakcast/") && !strings.Contains(g, "testing.tRunner") {
+			gs[id] = g
+		}
+	}
+	return gs
+}
+
+// since returns the stacks of gs's goroutines that base does not have.
+func (gs goroutines) since(base goroutines) []string {
+	var out []string
+	for id, g := range gs {
+		if _, ok := base[id]; !ok {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// checkNoLeak fails if nakcast goroutines started after base are still
+// running after a grace period polled without sleeping as
+// synchronisation: it retries until they are gone or the deadline
+// passes, and prints the stacks of what is left.
+func checkNoLeak(t testing.TB, base goroutines) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
+	for len(nakcastGoroutines().since(base)) > 0 && time.Now().Before(deadline) {
 		runtime.Gosched()
 		time.Sleep(time.Millisecond) // not synchronisation: polling a condition with a bound
 	}
-	if n := runtime.NumGoroutine(); n > base {
-		buf := make([]byte, 1<<20)
-		buf = buf[:runtime.Stack(buf, true)]
-		var ours []string
-		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "nakcast/engine") && !strings.Contains(g, "testing.tRunner") {
-				ours = append(ours, g)
-			}
-		}
-		t.Fatalf("goroutine leak: %d running, %d before\n%s", n, base, strings.Join(ours, "\n\n"))
+	if left := nakcastGoroutines().since(base); len(left) > 0 {
+		t.Fatalf("goroutine leak: %d nakcast goroutines started since the test began still run\n%s", len(left), strings.Join(left, "\n\n"))
 	}
 }
 

@@ -69,7 +69,7 @@ func TestInvokedOneGoroutine(t *testing.T) {
 	if raceEnabled {
 		perSender = 3000
 	}
-	base := runtime.NumGoroutine()
+	base := nakcastGoroutines()
 	const members = 3
 	g := testGroup()
 	ids := testMembers(members)
@@ -89,7 +89,7 @@ func TestInvokedOneGoroutine(t *testing.T) {
 		require.NoError(t, err)
 		ms[i] = m
 	}
-	require.Equal(t, base, runtime.NumGoroutine(), "no goroutine of the members runs between Open and Close")
+	require.Empty(t, nakcastGoroutines().since(base), "no goroutine of the members runs between Open and Close")
 	sendPollOneGoroutine(t, ms, perSender, true)
 	for i := range ms {
 		require.NotZero(t, faults[i].counts().Dropped, "loss was injected")

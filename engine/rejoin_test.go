@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"runtime"
 	"testing"
 	"time"
 
@@ -26,7 +25,7 @@ import (
 // it. The victim's own SuspectTimeout is long: after its pause it must be
 // excluded, not take over as coordinator.
 func TestRejoinFiltersOwnDataAndReleasesPool(t *testing.T) {
-	base := runtime.NumGoroutine()
+	base := nakcastGoroutines()
 	recs := []*recorder{newRecorder(-1), newRecorder(-1)}
 	ms := openJoined(t, 2, func(i int, c *Config) {
 		c.Handler = recs[i]
