@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
-	"github.com/nakcast/nakcast/nakack"
-	"github.com/nakcast/nakcast/sim"
 	"github.com/nakcast/nakcast/wire"
 	"github.com/stretchr/testify/require"
 )
@@ -25,9 +23,7 @@ import (
 func TestLostRunSameRangesReal(t *testing.T) {
 	for seed := range uint64(seeds(10, 3)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			h := newRHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
-			h.ntw = func(c *nakack.Config) { c.MaxBundle = 10 }
-			all := h.joinFour()
+			h, all := joinFourBundling(t, seed, 10)
 			r := rand.New(rand.NewPCG(seed, 61))
 			perm := r.Perm(4)
 			s, a, d := all[perm[0]], all[perm[1]], all[perm[2]]

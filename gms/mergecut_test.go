@@ -26,9 +26,7 @@ import (
 func TestMergeBeforeCutClosedReal(t *testing.T) {
 	for seed := range uint64(seeds(20, 4)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			h := newRHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
-			h.ntw = func(c *nakack.Config) { c.MaxBundle = 1 }
-			all := h.joinFour()
+			h, all := joinFourBundling(t, seed, 1)
 			vs := byView(all[0].g.View(), all)
 			a, b, c, d := vs[0], vs[1], vs[2], vs[3]
 			cm := c.self()
@@ -97,4 +95,12 @@ func TestMergeBeforeCutClosedReal(t *testing.T) {
 			h.noErrors()
 		})
 	}
+}
+
+// joinFourBundling is joinFour on a network with 200µs of jitter, the
+// members bundling at most maxBundle messages a datagram.
+func joinFourBundling(t *testing.T, seed uint64, maxBundle int) (*rharness, []*realNode) {
+	h := newRHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
+	h.ntw = func(c *nakack.Config) { c.MaxBundle = maxBundle }
+	return h, h.joinFour()
 }
