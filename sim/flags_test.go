@@ -21,7 +21,7 @@ import (
 // -sim.scaleseeds.
 var (
 	flagSeed  = flag.Int64("sim.seed", -1, "run only this randomised simulator seed (replay)")
-	flagSeeds = flag.Int("sim.seeds", envInt("NAKCAST_SIM_SEEDS", 0), "number of randomised simulator seeds (0: 500, or 50 under -race)")
+	flagSeeds = flag.Int("sim.seeds", envInt("NAKCAST_SIM_SEEDS", 0), "number of randomised simulator seeds of each randomised test (0: 500 for TestRandomised, 300 for TestWholeGroupRandomised; 50 and 30 under -race)")
 	// flagLooseWindows runs the small-send-window scenarios with receive
 	// windows 4x the send window instead of tight ones (RecvWindow ==
 	// SendWindow), where the sender waits for every member's report of its
