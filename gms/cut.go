@@ -79,13 +79,13 @@ type openWin struct {
 	nudgeAt time.Duration
 	// graceful: the sender announced a graceful leave (LEAVE, with its
 	// highest seqno): whoever cuts it cuts it as a leaver (departure).
-	graceful bool
-	highest  uint64
+	graceful     bool
+	highest, low uint64
 }
 
 // departure returns the departure that cuts ow's sender m.
 func (ow *openWin) departure(m digest.Member) departure {
-	return departure{member: m, peer: ow.peer, highest: ow.highest, graceful: ow.graceful}
+	return departure{member: m, peer: ow.peer, highest: ow.highest, low: ow.low, graceful: ow.graceful}
 }
 
 // startCut asks every survivor for its state of the departed sender.
@@ -250,11 +250,13 @@ func (g *GMS) checkCut(c *cutState, now time.Duration) {
 
 // fixCut picks the cut (the highest seqno any survivor received, at least a
 // leaver's announced highest) and the ranges no survivor holds. A leaver
-// holds all it sent and repairs it until its cut closes, so nothing of it
-// is declared lost, unless a survivor reports a fix that declared ranges
-// lost (a coordinator that did not know of the leave cut the sender as
-// crashed): they are final at that survivor, so they are declared again
-// for everyone (they are in every survivor's gaps: nobody held them).
+// repairs all it holds until its cut closes, so of it only what no
+// survivor holds at or below its announced purge point is declared lost
+// (a forced purge; what stability purged every survivor delivered),
+// unless a survivor reports a fix that declared ranges lost (a coordinator
+// that did not know of the leave cut the sender as crashed): they are
+// final at that survivor, so they are declared again for everyone (they
+// are in every survivor's gaps: nobody held them).
 func (g *GMS) fixCut(c *cutState, now time.Duration) {
 	c.fixed = true
 	cut := c.dep.highest
@@ -269,10 +271,14 @@ func (g *GMS) fixCut(c *cutState, now time.Duration) {
 		}
 	}
 	c.cut = cut
-	if (!c.dep.graceful || refix) && minD < cut {
-		// Lost = what every reporter misses in (minD, cut]. A reporter
+	upto := cut
+	if c.dep.graceful && !refix {
+		upto = min(cut, c.dep.low) // a leaver repairs all it has not purged
+	}
+	if minD < upto {
+		// Lost = what every reporter misses in (minD, upto]. A reporter
 		// misses its gaps and everything above its received.
-		lost := []Range{{From: minD + 1, To: cut}}
+		lost := []Range{{From: minD + 1, To: upto}}
 		for _, p := range g.view.Members {
 			r := c.reports[p.Member]
 			if !r.ok {

@@ -67,9 +67,9 @@
 //
 // # Leaves, failures, cuts
 //
-// A graceful leave multicasts LEAVE with the leaver's highest seqno (again
-// every 2×ViewAckTimeout) and keeps answering retransmissions until
-// LeaveRsp. The coordinator handles it; every other member remembers it,
+// A graceful leave multicasts LEAVE with the leaver's highest seqno and its
+// purge point (again every 2×ViewAckTimeout) and keeps answering
+// retransmissions until LeaveRsp. The coordinator handles it; every other member remembers it,
 // so that a member that takes over, before or after the view that drops
 // the leaver, cuts it as a leaver (below) and sends its LeaveRsp. Members multicast
 // heartbeats; a member silent for Config.SuspectTimeout is probed directly,
@@ -118,10 +118,10 @@
 // its first view change (survivors report a cut they already applied as
 // received up to it, with its lost ranges still missing, so the new cut is
 // at least as high and declares at least as much lost), a graceful
-// leaver's as a leave: up to its announced highest, nothing declared lost
-// (it repairs what survivors lack) unless a survivor reports a fix an
-// earlier coordinator made without knowing of the leave, and a LeaveRsp
-// when it closes. A member that
+// leaver's as a leave: up to its announced highest, declaring lost only
+// what no survivor holds at or below the purge point LEAVE announces (it
+// repairs the rest) unless a survivor reports a fix an earlier coordinator
+// made without knowing of the leave, and a LeaveRsp when it closes. A member that
 // still holds a departed sender's window that no cut of the current
 // coordinator covers, Config.ViewChangeTimeout after the view that dropped
 // it, reports it to the coordinator unasked, which cuts it (a coordinator

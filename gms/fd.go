@@ -469,6 +469,7 @@ func (g *GMS) onSuspect(m *msg, now time.Duration) {
 // leaveState is a graceful leave in progress.
 type leaveState struct {
 	highest  uint64
+	low      uint64 // own purge point
 	resendAt time.Duration
 	deadline time.Duration
 }
@@ -486,9 +487,9 @@ func (g *GMS) Leave(now time.Duration) error {
 		g.exit(nil, now)
 		return nil
 	}
-	var highest uint64
+	var highest, low uint64
 	if e, ok := g.proto.Digest().Lookup(g.self.Member); ok {
-		highest = e.Received
+		highest, low = e.Received, e.Low
 	}
 	// A leaving coordinator abandons its tasks (and tells the other side
 	// of a merge); the next member takes over.
@@ -499,23 +500,24 @@ func (g *GMS) Leave(now time.Duration) error {
 		g.merge = nil
 	}
 	g.status = StatusLeaving
-	g.leave = leaveState{highest: highest, deadline: now + g.cfg.LeaveTimeout}
+	g.leave = leaveState{highest: highest, low: low, deadline: now + g.cfg.LeaveTimeout}
 	g.sendLeave(now)
 	return nil
 }
 
-// sendLeave multicasts LEAVE with our highest seqno, every member of the
-// view hears it: the coordinator handles it (the next in line when we
-// coordinate); every other member remembers it (onLeave), so that a
-// member that takes over as coordinator, before or after the view that
-// drops us, cuts us as a leaver: up to our highest, nothing declared
-// lost, and a LeaveRsp once the cut closes. A leaver runs no failure
+// sendLeave multicasts LEAVE with our highest seqno and our purge point
+// (b), every member of the view hears it: the coordinator handles it (the
+// next in line when we coordinate); every other member remembers it
+// (onLeave), so that a member that takes over as coordinator, before or
+// after the view that drops us, cuts us as a leaver: up to our highest,
+// declaring lost only what no survivor holds at or below our purge point
+// (a forced purge), and a LeaveRsp once the cut closes. A leaver runs no failure
 // detection and may suspect a coordinator that is alive: that coordinator
 // still handles the leave (the next in line ignores a LEAVE unless the
 // coordinator itself leaves or it coordinates itself); if it has crashed,
 // the member that takes over accepts a resend once it does.
 func (g *GMS) sendLeave(now time.Duration) {
-	g.multicast(&msg{typ: typeLeave, kind: 0, view: g.view.ID, a: g.leave.highest})
+	g.multicast(&msg{typ: typeLeave, kind: 0, view: g.view.ID, a: g.leave.highest, b: g.leave.low})
 	g.leave.resendAt = now + 2*g.cfg.ViewAckTimeout
 }
 
@@ -543,9 +545,9 @@ func (g *GMS) onLeave(m *msg, now time.Duration) {
 	if g.status != StatusMember {
 		return
 	}
-	d := departure{member: m.sender, highest: m.a, graceful: true}
+	d := departure{member: m.sender, highest: m.a, low: m.b, graceful: true}
 	if !g.view.Contains(m.sender) {
-		g.departedLeave(m.sender, m.a)
+		g.departedLeave(d)
 		return
 	}
 	switch {
@@ -556,28 +558,29 @@ func (g *GMS) onLeave(m *msg, now time.Duration) {
 		g.queueLeave(d)
 		g.takeOver(nil, now)
 	default:
-		g.leavers[m.sender] = max(g.leavers[m.sender], m.a)
+		l := g.leavers[m.sender]
+		g.leavers[m.sender] = leaveMark{highest: max(l.highest, m.a), low: max(l.low, m.b)}
 	}
 }
 
-// departedLeave handles a LEAVE from m, a member that is no longer in our
+// departedLeave handles d, the LEAVE of a member that is no longer in our
 // view but whose window is still open here (its cut is under way, or yet
 // to start under a coordinator that took over): its departure is a
-// graceful one. As coordinator of its cut, the cut is made one (up to
-// highest and declaring nothing lost, if not fixed yet) and m gets its
-// LeaveRsp when the cut closes, or now if it is closed already (m missed
-// it).
-func (g *GMS) departedLeave(m digest.Member, highest uint64) {
-	ow := g.open[m]
+// graceful one. As coordinator of its cut, the cut is made one (up to its
+// highest, declaring lost only what it purged, if not fixed yet) and the
+// leaver gets its LeaveRsp when the cut closes, or now if it is closed
+// already (it missed it).
+func (g *GMS) departedLeave(d departure) {
+	ow := g.open[d.member]
 	if ow != nil {
-		ow.graceful, ow.highest = true, max(ow.highest, highest)
+		ow.graceful, ow.highest, ow.low = true, max(ow.highest, d.highest), max(ow.low, d.low)
 	}
-	c, ok := g.cuts[m]
+	c, ok := g.cuts[d.member]
 	if !ok || !g.IsCoordinator() {
 		return
 	}
 	if !c.fixed {
-		c.dep.highest = max(c.dep.highest, highest)
+		c.dep.highest, c.dep.low = max(c.dep.highest, d.highest), max(c.dep.low, d.low)
 	}
 	c.dep.graceful = true
 	if c.dep.peer.Addr == "" && ow != nil {

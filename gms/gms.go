@@ -42,6 +42,10 @@ type Stats struct {
 	LeaveTimeouts    uint64 // graceful leaves given up after LeaveTimeout without a LeaveRsp (leaver)
 }
 
+// leaveMark is what a LEAVE announced: the leaver's highest seqno and its
+// own purge point.
+type leaveMark struct{ highest, low uint64 }
+
 // GMS is one member's group membership state machine. It is not safe for
 // concurrent use: one goroutine calls every method.
 type GMS struct {
@@ -71,10 +75,11 @@ type GMS struct {
 	// takes over resumes their cuts (finishViewChange).
 	open map[digest.Member]*openWin
 	// leavers: members of the view that announced a graceful leave we do
-	// not handle (we do not coordinate), with their highest seqno: the
-	// view that drops them opens their window as a graceful departure, so
-	// that a coordinator taking over resumes their cut as one (onLeave).
-	leavers map[digest.Member]uint64
+	// not handle (we do not coordinate), with their highest seqno and
+	// purge point: the view that drops them opens their window as a
+	// graceful departure, so that a coordinator taking over resumes their
+	// cut as one (onLeave).
+	leavers map[digest.Member]leaveMark
 	merge   *mergeState          // as merge leader
 	hold    *mergeHold           // as another coordinator of a merge
 	xfer    *xferReq             // as state requester
@@ -99,7 +104,7 @@ func New(cfg Config) (*GMS, error) {
 		cuts:    make(map[digest.Member]*cutState),
 		mcuts:   make(map[digest.Member]*memberCut),
 		open:    make(map[digest.Member]*openWin),
-		leavers: make(map[digest.Member]uint64),
+		leavers: make(map[digest.Member]leaveMark),
 		prov:    make(map[uint64]*xferProv),
 	}
 	g.self = Peer{Member: digest.Member{ID: cfg.ID}, Addr: cfg.Addr}
@@ -291,7 +296,9 @@ func (g *GMS) setView(v View, now time.Duration) {
 	for _, p := range g.view.Members {
 		if p.Member != g.self.Member && !v.Contains(p.Member) {
 			ow := &openWin{peer: p, nudgeAt: now + g.cfg.ViewChangeTimeout}
-			ow.highest, ow.graceful = g.leavers[p.Member]
+			if l, ok := g.leavers[p.Member]; ok {
+				ow.highest, ow.low, ow.graceful = l.highest, l.low, true
+			}
 			g.open[p.Member] = ow
 		}
 	}

@@ -266,9 +266,12 @@ func (g *GMS) onJoinRsp(m *msg, now time.Duration) {
 
 // departure is a member a view change removes.
 type departure struct {
-	member   digest.Member
-	peer     Peer
-	highest  uint64 // announced by a graceful leaver
+	member  digest.Member
+	peer    Peer
+	highest uint64 // announced by a graceful leaver
+	// low: a graceful leaver's own purge point, announced with highest:
+	// what no survivor holds at or below it is gone (a forced purge).
+	low      uint64
 	graceful bool
 }
 
