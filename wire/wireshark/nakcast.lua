@@ -433,7 +433,7 @@ local gms_types = {
 	[19] = { kinds = { [0] = "install", [1] = "merge view", [2] = "exclusion notice" },
 		id = "merge id", member = "excluded member" },
 	[20] = { kinds = { [0] = "ack", [1] = "counter hint" }, a = "acker's view counter" },
-	[21] = { kinds = { [0] = "leave", [1] = "leave done" }, a = "highest seqno sent" },
+	[21] = { kinds = { [0] = "leave", [1] = "leave done" }, a = "highest seqno sent", b = "purge point" },
 	[22] = { },
 	[23] = { kinds = { [0] = "probe", [1] = "answer" }, id = "nonce" },
 	[24] = { },
