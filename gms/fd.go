@@ -349,7 +349,7 @@ func (g *GMS) onHeartbeat(m *msg, now time.Duration) {
 		(g.view.Coord().Member == g.self.Member || m.view.Coord == g.self.Member) {
 		g.noticeExcluded(Peer{Member: m.sender, Addr: m.addr})
 	}
-	if m.kind == 0 && g.status == StatusMember && g.view.Coord().Member == g.self.Member &&
+	if g.status == StatusMember && g.view.Coord().Member == g.self.Member &&
 		!m.view.Coord.IsZero() && m.view != g.view.ID && m.view.Counter <= g.view.ID.Counter {
 		if p, ok := g.view.Peer(m.sender); ok && m.sender != g.self.Member {
 			g.memberBehind(p, m.view, now)
@@ -358,7 +358,9 @@ func (g *GMS) onHeartbeat(m *msg, now time.Duration) {
 }
 
 // memberBehind handles p, a member of the view we coordinate whose
-// heartbeat names another view, not newer than ours: p missed our view
+// heartbeat names another view, not newer than ours (p may coordinate it:
+// a member that formed a view of its own on the other side of a partition,
+// which a merge cannot bring in while our view counts it): p missed our view
 // (multicast, then resent to it until ViewChangeTimeout, after which the
 // view change completes without it) and stays in its old view while we
 // count it as a member. It is never suspected (it heartbeats), yet
