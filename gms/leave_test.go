@@ -232,7 +232,7 @@ func TestLeaverCutAfterForcedPurge(t *testing.T) {
 			require.Equal(t, []error{nil}, l.left)
 			require.Zero(t, l.g.Stats().LeaveTimeouts, "seed %d: L timed out waiting for its LeaveRsp", seed)
 			for _, s := range surv {
-				require.Equal(t, []Range{{k, n}}, s.app.lost[lm], "seed %d node %d", seed, s.id)
+				require.Equal(t, []Range{{From: k, To: n}}, s.app.lost[lm], "seed %d node %d", seed, s.id)
 				require.Equal(t, n, s.app.state[lm].last, "seed %d node %d", seed, s.id)
 			}
 			h.noErrors()
