@@ -77,6 +77,7 @@ type agent struct {
 	rejoin    bool                      // excluded: join again after this entry point
 	left      bool                      // gms reported Left
 	leaveSent bool                      // Close's graceful leave started
+	quiet     quiesce                   // a fixed view's wait before it leaves
 	gaddrs    map[string]netip.AddrPort // parsed gms peer addresses
 
 	// write side: the receiver's (or shared agent's) batch and, with
@@ -522,10 +523,17 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 		// on us at once; a fixed view lingers a few stability rounds, so
 		// that a member that missed the last STABILITY or a repair gets
 		// another); done on Left.
+		drained := !a.leaveSent && p.Drained()
+		if !drained {
+			a.quiet = quiesce{}
+		}
 		switch {
 		case a.leaveSent:
 			finished = a.left
-		case p.Drained():
+		case drained && !m.dynamic() && !a.quiet.held(p, now):
+			m.drained.Store(true) // all we sent is stable; we still listen
+			deadline = min(deadline, a.quiet.since+quiesceCap)
+		case drained:
 			m.drained.Store(true)
 			a.leaveSent = true
 			if err := g.Leave(now); err != nil {
@@ -1049,6 +1057,37 @@ func (a *agent) noteLag(p *nakack.Protocol) {
 // closeLingerRounds is how many stability intervals a drained member keeps
 // participating before Close returns.
 const closeLingerRounds = 3
+
+// A drained member of a fixed view starts its departure only once its
+// drain has held through quiesceRounds STABILITY rounds of the
+// coordinator's (sent or received): a peer that sent its last messages
+// just before it closed (its agent descheduled on a busy machine) has sent
+// them by its next round, so they reach this member and are reported
+// before it goes, instead of leaving the peer's Close waiting for a report
+// that never comes. A group whose coordinator is gone makes no round:
+// quiesceCap bounds the wait.
+const (
+	quiesceRounds = 2
+	quiesceCap    = time.Second
+)
+
+// quiesce is a drained fixed-view member's wait (see quiesceRounds).
+type quiesce struct {
+	set    bool
+	rounds uint64        // STABILITY sent and received when the drain began
+	since  time.Duration // when it began
+}
+
+// held reports whether the drain has held through quiesceRounds rounds,
+// or for quiesceCap.
+func (q *quiesce) held(p *nakack.Protocol, now time.Duration) bool {
+	st := p.Stats()
+	rounds := st.StabilitySent + st.StabilityReceived
+	if !q.set {
+		*q = quiesce{set: true, rounds: rounds, since: now}
+	}
+	return rounds >= q.rounds+quiesceRounds || now-q.since >= quiesceCap
+}
 
 func (a *agent) cleanup() {
 	for _, h := range a.held {
