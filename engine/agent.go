@@ -524,8 +524,9 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 		// that a member that missed the last STABILITY or a repair gets
 		// another); done on Left.
 		drained := !a.leaveSent && p.Drained()
-		if !drained {
+		if !drained && !a.leaveSent {
 			a.quiet = quiesce{}
+			m.drained.Store(false) // data came in while we waited
 		}
 		switch {
 		case a.leaveSent:
