@@ -72,9 +72,12 @@
 // lists. Nothing is allocated per message. The agent hands runs of polled
 // messages to the protocol in one call (nakack.SendBatch).
 //
-// One agent goroutine owns the protocol (Aeron's shared mode: sender and
+// The agent runs the protocol in one duty cycle (Aeron's Agent.doWork;
+// Member.DoWork runs one): receive, send, and timers and lifecycle as
+// parts with one owner each. The threading modes are runners around it.
+// By default one agent goroutine runs it (Aeron's shared mode: sender and
 // receiver duties on one goroutine, often fastest on two cores). Each
-// iteration it reads a batch of datagrams (recvmmsg) into pooled,
+// cycle it reads a batch of datagrams (recvmmsg) into pooled,
 // refcounted buffers, hands each to the protocol (and, in push mode,
 // delivers between datagrams so that STABLE digests report fresh delivered
 // counts), hands the ring's messages to the protocol's bundler and flushes

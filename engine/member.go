@@ -229,7 +229,7 @@ func (m *Member) DoWork() int {
 	if !m.invoked() || !a.owner.CompareAndSwap(0, 1) {
 		return 0
 	}
-	work, _, _ := a.cycle()
+	work, _, _ := a.doWork()
 	a.owner.Store(0)
 	return work
 }
