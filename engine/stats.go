@@ -294,29 +294,12 @@ func (m *Member) Stats() Stats {
 		View:                 view.ID,
 		Members:              append([]digest.Member(nil), view.Members...),
 		Membership:           gs,
-		Drops: Drops{
-			Malformed:    ps.Drops.Malformed + m.ctr.dropMalformed.Load(),
-			ForeignGroup: m.ctr.dropForeignGroup.Load(),
-			NotMember:    ps.Drops.NotMember + m.ctr.dropNotMember.Load(),
-			WrongSource:  m.ctr.dropWrongSource.Load(),
-			Unverified:   m.ctr.dropUnverified.Load(),
-			Stranger:     ps.Drops.Stranger,
-			RingFull:     ps.Drops.Full,
-			WrongView:    ps.Drops.WrongView,
-			NoBuffer:     ps.Drops.NoBuffer + m.ctr.dropNoBuffer.Load(),
-			SendFailed:   m.ctr.dropSendFailed.Load(),
-			Reassembly:   ps.Drops.Reassembly,
-			Self:         ps.Drops.Self,
-			NotJoined:    m.ctr.dropNotJoined.Load(),
-			BadAddress:   m.ctr.dropBadAddress.Load(),
-			Departed:     ps.Drops.Departed,
-			Auth:         m.authDrops(),
-		},
-		Auth:      as,
-		Repair:    ps.Repair,
-		Protocol:  ps,
-		Pool:      m.pool.Stats(),
-		Transport: m.info,
+		Drops:                m.drops(ps),
+		Auth:                 as,
+		Repair:               ps.Repair,
+		Protocol:             ps,
+		Pool:                 m.pool.Stats(),
+		Transport:            m.info,
 	}
 	if ts, ok := m.tr.(interface{ Stats() transport.Stats }); ok {
 		s.Socket = ts.Stats()
@@ -333,4 +316,26 @@ func (m *Member) Stats() Stats {
 		}
 	}
 	return s
+}
+
+// drops adds the engine's drop counters to the protocol's (ps).
+func (m *Member) drops(ps nakack.Stats) Drops {
+	return Drops{
+		Malformed:    ps.Drops.Malformed + m.ctr.dropMalformed.Load(),
+		ForeignGroup: m.ctr.dropForeignGroup.Load(),
+		NotMember:    ps.Drops.NotMember + m.ctr.dropNotMember.Load(),
+		WrongSource:  m.ctr.dropWrongSource.Load(),
+		Unverified:   m.ctr.dropUnverified.Load(),
+		Stranger:     ps.Drops.Stranger,
+		RingFull:     ps.Drops.Full,
+		WrongView:    ps.Drops.WrongView,
+		NoBuffer:     ps.Drops.NoBuffer + m.ctr.dropNoBuffer.Load(),
+		SendFailed:   m.ctr.dropSendFailed.Load(),
+		Reassembly:   ps.Drops.Reassembly,
+		Self:         ps.Drops.Self,
+		NotJoined:    m.ctr.dropNotJoined.Load(),
+		BadAddress:   m.ctr.dropBadAddress.Load(),
+		Departed:     ps.Drops.Departed,
+		Auth:         m.authDrops(),
+	}
 }
