@@ -383,46 +383,7 @@ func (g *GMS) tryViewChange(now time.Duration) {
 	if len(c.joins) == 0 && len(c.leaves) == 0 && len(c.excl) == 0 {
 		return
 	}
-	gone := func(m digest.Member) bool {
-		if slices.Contains(c.excl, m) {
-			return true
-		}
-		for _, l := range c.leaves {
-			if l.member == m {
-				return true
-			}
-		}
-		return false
-	}
-	var members []Peer
-	var departed []departure
-	// The new coordinator comes first: normally us already; after a
-	// takeover we move ahead of the members we do not exclude.
-	members = append(members, g.self)
-	for _, p := range g.view.Members {
-		if p.Member == g.self.Member {
-			continue
-		}
-		if gone(p.Member) {
-			d := departure{member: p.Member, peer: p}
-			for _, l := range c.leaves {
-				if l.member == p.Member {
-					d = l
-					d.peer = p
-				}
-			}
-			departed = append(departed, d)
-			continue
-		}
-		members = append(members, p)
-	}
-	var joiners []digest.Member
-	for _, j := range c.joins {
-		if !slices.ContainsFunc(members, func(p Peer) bool { return p.Member.ID == j.Member.ID }) {
-			members = append(members, j)
-			joiners = append(joiners, j.Member)
-		}
-	}
+	members, departed, joiners := g.nextMembers()
 	c.excl, c.leaves = c.excl[:0], c.leaves[:0]
 	if len(joiners) == 0 && len(departed) == 0 && !c.takeover {
 		c.joins = c.joins[:0]
@@ -436,7 +397,7 @@ func (g *GMS) tryViewChange(now time.Duration) {
 		var err error
 		vc.capID, jd, err = g.joinDigest(v, joiners, now)
 		if err != nil {
-			// Seed 002: an entry is unset. Retry a bounded number of times;
+			// An entry is unset. Retry a bounded number of times;
 			// then drop the joins (no JoinRsp: the joiners retry) and go on
 			// with the rest.
 			g.stats.JoinDigestRetry++
@@ -471,6 +432,52 @@ func (g *GMS) tryViewChange(now time.Duration) {
 	g.installView(v, digest.Digest{}, now)
 	vc.acks[g.self.Member] = true
 	g.checkViewChange(now)
+}
+
+// nextMembers is the membership of the view tryViewChange installs: this
+// member first, then the members of the view that neither leave nor are
+// excluded (departed, with their leave if graceful), then the joiners not
+// yet in it.
+func (g *GMS) nextMembers() (members []Peer, departed []departure, joiners []digest.Member) {
+	c := &g.coord
+	gone := func(m digest.Member) bool {
+		if slices.Contains(c.excl, m) {
+			return true
+		}
+		for _, l := range c.leaves {
+			if l.member == m {
+				return true
+			}
+		}
+		return false
+	}
+	// The new coordinator comes first: normally us already; after a
+	// takeover we move ahead of the members we do not exclude.
+	members = append(members, g.self)
+	for _, p := range g.view.Members {
+		if p.Member == g.self.Member {
+			continue
+		}
+		if gone(p.Member) {
+			d := departure{member: p.Member, peer: p}
+			for _, l := range c.leaves {
+				if l.member == p.Member {
+					d = l
+					d.peer = p
+				}
+			}
+			departed = append(departed, d)
+			continue
+		}
+		members = append(members, p)
+	}
+	for _, j := range c.joins {
+		if !slices.ContainsFunc(members, func(p Peer) bool { return p.Member.ID == j.Member.ID }) {
+			members = append(members, j)
+			joiners = append(joiners, j.Member)
+		}
+	}
+	return members, departed, joiners
 }
 
 // joinDigest captures the protocol digest and builds the JoinRsp digest over

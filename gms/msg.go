@@ -216,6 +216,16 @@ func decode(b []byte, group uint32) (*msg, error) {
 		return nil, errMalformed
 	}
 	r := reader{b: body[fixed:]}
+	m.decodeSections(&r)
+	if !r.ok() || (len(r.b) != 0 && h.Minor <= wire.VersionMinor) {
+		return nil, errMalformed
+	}
+	return m, nil
+}
+
+// decodeSections reads the sections m.secs names, in their order, from r
+// (r fails on a short or inconsistent one).
+func (m *msg) decodeSections(r *reader) {
 	if m.has(secAddr) {
 		m.addr = r.string16()
 	}
@@ -281,10 +291,6 @@ func decode(b []byte, group uint32) (*msg, error) {
 			r.fail()
 		}
 	}
-	if !r.ok() || (len(r.b) != 0 && h.Minor <= wire.VersionMinor) {
-		return nil, errMalformed
-	}
-	return m, nil
 }
 
 // reader consumes little-endian fields; after the first short read it
