@@ -316,6 +316,7 @@ type Protocol struct {
 	entries []digest.Entry
 	// unused datagram references (refs.go)
 	freeRefs []*dref
+	growth   uint64   // allocations that grew the refs (GrowthAllocs)
 	pscr     [][]byte // payloads for BatchHandler.DeliverBatch
 
 	fl  flow      // flow control and rate limit (flow.go)

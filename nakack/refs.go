@@ -18,12 +18,28 @@ type dref struct {
 // empty (steady state allocates none).
 const drefSlab = 64
 
+// appendRef appends d to refs and counts in p.growth the allocation of an
+// append that outgrows refs (a new high-water mark of retained datagrams).
+func (p *Protocol) appendRef(refs []*dref, d *dref) []*dref {
+	if len(refs) == cap(refs) {
+		p.growth++
+	}
+	return append(refs, d)
+}
+
+// GrowthAllocs returns how many allocations the protocol made to grow its
+// datagram references: each at a new high-water mark of retention (bounded
+// by the windows), none in a steady state. Allocation tests subtract them
+// as they subtract a pool's growth.
+func (p *Protocol) GrowthAllocs() uint64 { return p.growth }
+
 // newRef returns an unused dref for buf (nothing retained yet).
 func (p *Protocol) newRef(buf *wire.Buffer) *dref {
 	if len(p.freeRefs) == 0 {
 		slab := make([]dref, drefSlab)
+		p.growth++
 		for i := range slab {
-			p.freeRefs = append(p.freeRefs, &slab[i])
+			p.freeRefs = p.appendRef(p.freeRefs, &slab[i])
 		}
 	}
 	d := p.freeRefs[len(p.freeRefs)-1]
@@ -48,7 +64,7 @@ func (p *Protocol) holdRef(s *sender, d *dref, n int, maxSeq uint64) {
 	}
 	d.buf.Retain(1)
 	d.held, d.maxSeq = true, maxSeq
-	s.refs = append(s.refs, d)
+	s.refs = p.appendRef(s.refs, d)
 	i := len(s.refs) - 1
 	for ; i > s.refHead && s.refs[i-1].maxSeq > maxSeq; i-- {
 		s.refs[i] = s.refs[i-1]
@@ -60,7 +76,7 @@ func (p *Protocol) holdRef(s *sender, d *dref, n int, maxSeq uint64) {
 func (p *Protocol) dropRef(d *dref) {
 	if !d.held {
 		d.buf = nil
-		p.freeRefs = append(p.freeRefs, d)
+		p.freeRefs = p.appendRef(p.freeRefs, d)
 	}
 }
 
@@ -80,7 +96,7 @@ func (p *Protocol) releaseRefs(s *sender, upto uint64) {
 			continue
 		}
 		*d = dref{}
-		p.freeRefs = append(p.freeRefs, d)
+		p.freeRefs = p.appendRef(p.freeRefs, d)
 	}
 	s.refHead = i
 	if s.refHead == len(s.refs) {

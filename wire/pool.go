@@ -79,6 +79,7 @@ type PoolStats struct {
 	Oversize   uint64 // Gets refused because size exceeded the largest class
 	Releases   uint64 // buffers returned by their last Release
 	Discards   uint64 // returned buffers dropped because idle memory reached the budget
+	ListGrowth uint64 // free-list appends that allocated (a new high-water mark of idle buffers)
 
 	Outstanding        int64 // bytes (size classes) held by callers
 	OutstandingBuffers int64 // buffers held by callers
@@ -112,7 +113,7 @@ type Pool struct {
 	outstanding int64 // size-class bytes held by callers
 	idle        int64 // size-class bytes in the free lists
 
-	gets, overBudget, oversize, releases, discards uint64
+	gets, overBudget, oversize, releases, discards, listGrowth uint64
 
 	// allocs is counted outside the lock, after the allocation: a reader
 	// that sees it counted sees the allocation made.
@@ -200,6 +201,9 @@ func (p *Pool) put(b *Buffer) {
 		p.discards++
 	} else {
 		p.idle += sz
+		if len(c.free) == cap(c.free) {
+			p.listGrowth++ // append allocates: a new high-water mark
+		}
 		c.free = append(c.free, b)
 	}
 	p.mu.Unlock()
@@ -217,6 +221,7 @@ func (p *Pool) Stats() PoolStats {
 		Oversize:           p.oversize,
 		Releases:           p.releases,
 		Discards:           p.discards,
+		ListGrowth:         p.listGrowth,
 		Outstanding:        p.outstanding,
 		OutstandingBuffers: int64(p.gets - p.releases),
 		Idle:               p.idle,

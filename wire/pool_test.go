@@ -58,7 +58,8 @@ func TestPoolRefcountAndReuse(t *testing.T) {
 	require.Equal(t, int64(1), st.OutstandingBuffers)
 	b.Release()
 	st = p.Stats()
-	require.Equal(t, PoolStats{Gets: 1, Allocs: 1, Releases: 1, Idle: 1024}, st)
+	// The first buffer back grows the empty free list: one allocation.
+	require.Equal(t, PoolStats{Gets: 1, Allocs: 1, Releases: 1, ListGrowth: 1, Idle: 1024}, st)
 
 	b2 := p.Get(600)
 	require.Same(t, b, b2, "reused from the free list")
