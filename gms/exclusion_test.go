@@ -26,11 +26,7 @@ import (
 // another incarnation, names us, is not newer than our view, or comes from
 // a member outside our view; otherwise we leave with ErrExcluded (once).
 func TestExclusionNoticeRules(t *testing.T) {
-	h := newHarness(t, 1, sim.NetConfig{})
-	a, b, c := h.add(1), h.add(2), h.add(3)
-	h.join(0, a)
-	h.join(60*time.Millisecond, b, c)
-	h.runUntil(func() bool { return converged(a, b, c) && quiet(a, b, c) }, 5*time.Second, "joined")
+	h, a, b, c := joinedThree(t)
 	v := a.g.View()
 	require.Equal(t, a.self(), v.Coord().Member)
 	n := v.ID.Counter

@@ -126,6 +126,17 @@ func newHarness(t testing.TB, seed uint64, net sim.NetConfig) *harness {
 
 func addrOf(id uint64) string { return strconv.FormatUint(id, 10) }
 
+// joinedThree returns a loss-free harness (seed 1) whose members A, B and C
+// (ids 1-3) have joined, A founding and coordinating, and gone quiet.
+func joinedThree(t testing.TB) (h *harness, a, b, c *node) {
+	h = newHarness(t, 1, sim.NetConfig{})
+	a, b, c = h.add(1), h.add(2), h.add(3)
+	h.join(0, a)
+	h.join(60*time.Millisecond, b, c)
+	h.runUntil(func() bool { return converged(a, b, c) && quiet(a, b, c) }, 5*time.Second, "joined")
+	return h, a, b, c
+}
+
 func (h *harness) add(id uint64) *node {
 	n := &node{h: h, id: id, app: newFakeApp()}
 	cfg := Config{

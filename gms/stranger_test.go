@@ -17,11 +17,7 @@ import (
 // JOIN_REQ went to. (The driver checks that a member of the view is heard
 // only from its address: here the claimed ids are taken as they are.)
 func TestStrangerCannotSteer(t *testing.T) {
-	h := newHarness(t, 1, sim.NetConfig{})
-	a, b, c := h.add(1), h.add(2), h.add(3)
-	h.join(0, a)
-	h.join(60*time.Millisecond, b, c)
-	h.runUntil(func() bool { return converged(a, b, c) && quiet(a, b, c) }, 5*time.Second, "joined")
+	h, a, b, c := joinedThree(t)
 	v := a.g.View()
 	x := Peer{Member: digest.Member{ID: 9, Inc: 1}, Addr: "9"}
 	enc := func(m *msg, from digest.Member) []byte {
