@@ -35,7 +35,10 @@ import (
 //     is a sender goroutine's (runSender).
 //
 // With ThreadingDedicated, what both goroutines touch they touch only
-// under the lock.
+// under the lock. The application's goroutines never take it: they meet
+// the agent through the publication ring (sends), the delivery ring (dlv:
+// Poll), atomic counters and the published snapshot (Stats) and view
+// (View).
 type agent struct {
 	m *Member
 	recvState
@@ -48,8 +51,12 @@ type agent struct {
 	rw wbatch
 
 	pushH deliverer // push mode: wraps Config.Handler
-	pullH deliverer // pull mode: wraps Poll's handler
+	pullH deliverer // pull mode: wraps the delivery ring
 	drop  deliverer // closing in pull mode: discards
+	// dlv is pull mode's delivery ring to Member.Poll (nil in push mode).
+	dlv *delivery
+	// ticked: a timer (protocol or membership) ran this cycle.
+	ticked bool
 }
 
 // deliverer adapts the user's Handler to nakack.Handler, queueing lost
@@ -100,8 +107,11 @@ func (a *agent) init(m *Member) {
 		a.sendDone = make(chan struct{})
 	}
 	a.pushH = deliverer{m: m, h: m.cfg.Handler}
-	a.pullH = deliverer{m: m}
 	a.drop = deliverer{m: m}
+	if m.cfg.Handler == nil {
+		a.dlv = newDelivery(&m.cfg)
+		a.pullH = deliverer{m: m, h: a.dlv}
+	}
 }
 
 // newIncarnation resets the per-incarnation send accounting: the new
@@ -135,11 +145,20 @@ func (a *agent) doWork() (work int, deadline time.Duration, finished bool) {
 // sending, since a rejoin may replace the protocol; send; protocol timers
 // (not counted as work: a timer alone does not warrant the yield burst
 // before blocking); delivery; the outbox into the write batch; upkeep and
-// the next deadline; Close's drain and leave.
+// the next deadline; Close's drain and leave. A cycle that did anything
+// publishes the snapshot Stats reads (unlockProto).
 func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	m := a.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.lockProto()
+	a.ticked = false
+	work, deadline, finished = a.parts()
+	m.unlockProto(work > 0 || a.ticked || a.closeSeen || m.proto == nil)
+	return work, deadline, finished
+}
+
+// parts runs iterate's parts (under the lock).
+func (a *agent) parts() (work int, deadline time.Duration, finished bool) {
+	m := a.m
 	now := m.now()
 	a.lastNow = now
 	work = a.receive(now)
@@ -152,6 +171,7 @@ func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	work += a.sendPart(now, p)
 	if p.NextDeadline() <= now {
 		p.Tick(now)
+		a.ticked = true
 	}
 	closing := m.closing.Load()
 	a.closeSeen = a.closeSeen || closing

@@ -32,6 +32,7 @@ func (a *agent) tickMembership(now time.Duration) {
 		a.inTick = true
 		g.Tick(now)
 		a.inTick = false
+		a.ticked = true
 	}
 	a.afterGMS(now)
 }

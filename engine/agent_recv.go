@@ -75,8 +75,9 @@ const maxDeliverRounds = 16
 // messages, a whole ring of which can be sent in one cycle, pile up
 // undelivered, and since stability waits for every member's delivered,
 // own included, the sender's window filled and it stalled), bounded so
-// that a flood cannot hold the lock for ever; in pull mode a closing
-// member discards what the application no longer polls.
+// that a flood cannot hold the lock for ever; in pull mode it fills the
+// delivery ring Poll reads (deliverPull), and a closing member discards
+// what the application no longer polls.
 func (a *agent) deliver(p *nakack.Protocol, closing bool) (work int) {
 	m := a.m
 	switch {
@@ -93,6 +94,36 @@ func (a *agent) deliver(p *nakack.Protocol, closing bool) (work int) {
 		n := p.Poll(&a.drop, m.cfg.DeliverBatch)
 		m.ctr.discardedOnClose.Add(uint64(n))
 		work += n
+	default:
+		work += a.deliverPull(p)
+	}
+	return work
+}
+
+// deliverPull is the delivery part in pull mode: what waits in the spill
+// moves into the delivery ring, then the protocol delivers into the ring
+// as far as it has room. When it runs out of room the agent stalls: the
+// Poll that makes room wakes it (delivery.stall).
+func (a *agent) deliverPull(p *nakack.Protocol) (work int) {
+	d := a.dlv
+	d.stalled = false
+	work = d.flush()
+	for range maxDeliverRounds {
+		room := d.room()
+		if !d.idle() || room == 0 {
+			break
+		}
+		lim := min(room, a.m.cfg.DeliverBatch)
+		n := p.Poll(&a.pullH, lim)
+		work += n
+		if n < lim {
+			break
+		}
+	}
+	work += d.flush()
+	d.r.Publish()
+	if !d.idle() || d.room() == 0 {
+		d.stall()
 	}
 	return work
 }

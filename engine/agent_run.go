@@ -159,7 +159,7 @@ func (a *agent) block(deadline time.Duration) {
 	_ = m.tr.SetReadDeadline(t)
 	if a.dedicated {
 		// Producers wake the sender goroutine, not this one.
-		if a.stopped() || (m.closing.Load() && !a.closeSeen) {
+		if a.stopped() || (m.closing.Load() && !a.closeSeen) || a.roomMade() {
 			return
 		}
 		n, err := m.tr.ReadBatch(a.rbytes, a.sizes, a.srcs)
@@ -168,7 +168,7 @@ func (a *agent) block(deadline time.Duration) {
 		return
 	}
 	m.q.parked.Store(true)
-	if (m.q.pub.Len() > 0 && !a.protoFull) || a.stopped() || (m.closing.Load() && !a.closeSeen) {
+	if (m.q.pub.Len() > 0 && !a.protoFull) || a.stopped() || (m.closing.Load() && !a.closeSeen) || a.roomMade() {
 		m.q.parked.Store(false)
 		return
 	}
@@ -177,6 +177,11 @@ func (a *agent) block(deadline time.Duration) {
 	a.readErr(err)
 	a.nread = n
 }
+
+// roomMade reports whether Poll made room in the delivery ring since the
+// agent stalled on it (checked after the read deadline is set: a Poll
+// after the check wakes the read).
+func (a *agent) roomMade() bool { return a.dlv != nil && a.dlv.progressed() }
 
 func (a *agent) stopped() bool {
 	select {

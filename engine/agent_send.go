@@ -300,8 +300,15 @@ func (a *agent) runSender() {
 // signalled): the open bundle's BundleDelay, or a rate-limit hold.
 func (a *agent) sendIterate() (work int, retry time.Duration) {
 	m := a.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.lockProto()
+	work, retry = a.sendParts()
+	m.unlockProto(work > 0)
+	return work, retry
+}
+
+// sendParts is sendIterate's work (under the lock).
+func (a *agent) sendParts() (work int, retry time.Duration) {
+	m := a.m
 	p := m.proto
 	if p == nil {
 		return 0, 0 // not in a view: the receiver goroutine joins

@@ -115,9 +115,19 @@
 // after one that read sends first: the reply an application committed
 // between two DoWork calls does not wait behind a read.
 //
-// The agent holds the protocol lock for one iteration's protocol work,
-// never during a system call; Poll holds it for one batch of deliveries;
-// Stats for a snapshot.
+// The application and the agent meet without a lock: sends through the
+// publication ring; deliveries in pull mode through a delivery ring
+// (ring.Records: the agent delivers into it as far as it has room, at most
+// Config.Agent.DeliverBatch messages and an eighth of Config.Tuning.Window
+// ahead of the application, and Poll reads it, one goroutine at a time);
+// Stats through atomic counters and a snapshot of the protocol's and
+// membership's state that the agent publishes after each cycle that
+// changed it; View through the view the agent publishes on each change;
+// events through the event queue, which a poll of an empty queue reads
+// without its lock. The protocol lock serialises the agent's own
+// goroutines (ThreadingDedicated's sender and receiver, Open's join); the
+// agent holds it for one iteration's protocol work, never during a system
+// call.
 //
 // # Authentication
 //

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nakcast/nakcast/digest"
 )
@@ -96,6 +97,8 @@ type eventQueue struct {
 	done    chan struct{} // closed by close
 	closed  bool
 	once    sync.Once
+	// queued is n, for pop's look without the lock.
+	queued atomic.Int32
 }
 
 func (q *eventQueue) init() {
@@ -115,6 +118,7 @@ func (q *eventQueue) push(e Event) {
 	}
 	q.buf[(q.head+q.n)%len(q.buf)] = e
 	q.n++
+	q.queued.Store(int32(q.n))
 	q.mu.Unlock()
 	select {
 	case q.notify <- struct{}{}:
@@ -123,8 +127,10 @@ func (q *eventQueue) push(e Event) {
 }
 
 func (q *eventQueue) pop(dst []Event) int {
+	if q.queued.Load() == 0 {
+		return 0 // the common poll: nothing queued, no lock
+	}
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	k := 0
 	for k < len(dst) && q.n > 0 {
 		dst[k] = q.buf[q.head]
@@ -133,6 +139,8 @@ func (q *eventQueue) pop(dst []Event) int {
 		q.n--
 		k++
 	}
+	q.queued.Store(int32(q.n))
+	q.mu.Unlock()
 	return k
 }
 

@@ -50,9 +50,14 @@ type Member struct {
 	sec     *security // nil: open mode
 
 	// mu guards proto: the agent holds it for one iteration's protocol
-	// work (never during a syscall), Poll holds it for one batch of
-	// deliveries, Stats for a snapshot.
+	// work (never during a syscall; lockProto). It serialises the agent's
+	// own goroutines; the application's Poll, Stats and View never take
+	// it (the delivery ring, board and viewPub).
 	mu sync.Mutex
+	// board is the snapshot of the agent's state Stats reads; viewPub the
+	// installed view View reads (nil: none).
+	board   statsBoard
+	viewPub atomic.Pointer[publishedView]
 	// wmu serialises the transport's writes of the sender and receiver
 	// goroutines (ThreadingDedicated only).
 	wmu sync.Mutex
@@ -65,12 +70,11 @@ type Member struct {
 	// the token on when others wait (see Send).
 	waiters atomic.Int32
 	space   chan struct{}
-	// Receive callers park on deliverCh (under deliverMu), closed and
-	// replaced by the agent after an iteration that received or sent
-	// while pollWaiters > 0.
+	// Receive callers park on deliverCh, closed and replaced by the agent
+	// after an iteration that did work (and by a Poll that left records
+	// behind) while pollWaiters > 0.
 	pollWaiters atomic.Int32
-	deliverMu   sync.Mutex
-	deliverCh   chan struct{}
+	deliverCh   atomic.Pointer[chan struct{}]
 
 	events eventQueue
 	ctr    counters
@@ -108,20 +112,20 @@ func Open(ctx context.Context, config Config) (*Member, error) {
 		return nil, fmt.Errorf("open: %w", err) // transport errors name themselves
 	}
 	m := &Member{
-		cfg:       cfg,
-		tr:        tr,
-		info:      info,
-		pool:      wire.NewPool(cfg.MaxDatagram, cfg.PoolBytes),
-		epoch:     time.Now(),
-		log:       newLogger(cfg.Logger.With("member", cfg.Self.String())),
-		space:     make(chan struct{}, 1),
-		deliverCh: make(chan struct{}),
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
-		joinCh:    make(chan error, 1),
-		stateCh:   make(chan error, 1),
+		cfg:     cfg,
+		tr:      tr,
+		info:    info,
+		pool:    wire.NewPool(cfg.MaxDatagram, cfg.PoolBytes),
+		epoch:   time.Now(),
+		log:     newLogger(cfg.Logger.With("member", cfg.Self.String())),
+		space:   make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		joinCh:  make(chan error, 1),
+		stateCh: make(chan error, 1),
 	}
 	m.selfV.Store(cfg.Self)
+	m.deliverCh.Store(newWakeCh())
 	if m.sec, err = newSecurity(&cfg); err != nil {
 		tr.Close()
 		return nil, fmt.Errorf("open: %w: %w", ErrInvalidConfig, err)
@@ -316,9 +320,9 @@ func (m *Member) sendDirect(pls [][]byte) int {
 	if !a.owner.CompareAndSwap(0, 1) {
 		return 0
 	}
-	m.mu.Lock()
+	m.lockProto()
 	n := a.sendDirect(pls)
-	m.mu.Unlock()
+	m.unlockProto(n > 0)
 	a.owner.Store(0)
 	if n > 0 {
 		m.ctr.sentDirect.Add(uint64(n))
@@ -567,8 +571,11 @@ func (c Claim) Abort() { c.m.q.abort(c.seq, c.Buf) }
 // Poll delivers up to limit messages (and lost-range reports) to h on the
 // calling goroutine, in pull mode (Config.Handler nil), and returns how many
 // it delivered. It does not block waiting for messages and does not
-// allocate; the payload is valid only during the call. It holds the member's
-// protocol lock for the batch, so h must not call Send; h may call TrySend.
+// allocate; the payload is valid only during the call. It reads the
+// delivery ring the agent fills (at most Agent.DeliverBatch messages, and
+// an eighth of Tuning.Window, ahead of the application) and takes no lock:
+// one goroutine polls at a time, and a Poll called while another is in
+// progress (or once Close began) returns 0 at once. h may call TrySend.
 //
 // Stability waits for every member to deliver, so an application that stops
 // polling eventually back-pressures every sender, itself included. The
@@ -576,19 +583,18 @@ func (c Claim) Abort() { c.m.q.abort(c.seq, c.Buf) }
 // Poll: when TrySend returns ErrBackPressure, Poll (which frees room) and
 // try again; never block in Send on the goroutine that polls.
 func (m *Member) Poll(h Handler, limit int) int {
-	if m.cfg.Handler != nil || limit <= 0 {
+	d := m.ag.dlv
+	if d == nil || limit <= 0 || m.closing.Load() || !d.busy.CompareAndSwap(false, true) {
 		return 0
 	}
-	m.mu.Lock()
-	if m.proto == nil {
-		m.mu.Unlock()
-		return 0
+	n := d.poll(h, limit, m.wakeAgent)
+	d.busy.Store(false)
+	if n > 0 {
+		m.ctr.delivered.Add(uint64(n))
+		if m.pollWaiters.Load() > 0 && d.r.Len() > 0 {
+			m.signalDeliverable() // a Receive that found this Poll in progress
+		}
 	}
-	m.ag.pullH.h = h
-	n := m.proto.Poll(&m.ag.pullH, limit)
-	m.ag.pullH.h = nil
-	m.mu.Unlock()
-	m.ctr.delivered.Add(uint64(n))
 	return n
 }
 
@@ -632,6 +638,9 @@ func (m *Member) Close(ctx context.Context) error {
 		}
 		m.stopAgent() // also releases Send calls still waiting for room
 		<-m.done
+		if d := m.ag.dlv; d != nil {
+			m.ctr.discardedOnClose.Add(d.discard())
+		}
 		err := m.tr.Close()
 		if errors.Is(err, transport.ErrClosed) {
 			err = nil

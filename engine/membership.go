@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
@@ -210,6 +211,7 @@ func (l *listener) ViewInstalled(v gms.View) {
 	m := (*Member)(l)
 	a := &m.ag
 	m.view = v
+	m.viewPub.Store(&publishedView{id: v.ID, members: v.IDs()})
 	a.viewSize = len(v.Members)
 	if m.dynamic() {
 		a.routeView(v) // a fixed view's routes are static (Open)
@@ -228,6 +230,7 @@ func (l *listener) Left(err error) {
 	a := &m.ag
 	m.dropProtocol()
 	m.view = gms.View{}
+	m.viewPub.Store(nil)
 	a.left = true
 	m.events.push(Event{Kind: EventLeft, Err: err})
 	if !m.joined {
@@ -299,9 +302,9 @@ func (s stateApp) SetState(b []byte) error {
 // installed (and, with FetchState, the state), ctx ends or the join gives
 // up. A fixed view is installed by Join itself.
 func (m *Member) join(ctx context.Context) error {
-	m.mu.Lock()
+	m.lockProto()
 	err := m.g.Join(m.now())
-	m.mu.Unlock()
+	m.unlockProto(true)
 	if err != nil {
 		return err
 	}
@@ -319,13 +322,13 @@ func (m *Member) join(ctx context.Context) error {
 	if !m.cfg.FetchState {
 		return nil
 	}
-	m.mu.Lock()
+	m.lockProto()
 	if len(m.view.Members) < 2 {
-		m.mu.Unlock()
+		m.unlockProto(false)
 		return nil // the founder: nobody to ask
 	}
 	err = m.g.RequestState(m.now())
-	m.mu.Unlock()
+	m.unlockProto(true)
 	m.wakeAgent()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrStateTransfer, err)
@@ -345,7 +348,16 @@ func (m *Member) join(ctx context.Context) error {
 // (the static view with static membership; the zero id and nil between an
 // exclusion and the rejoin, and after Close).
 func (m *Member) View() (digest.ViewID, []digest.Member) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.view.ID, m.view.IDs()
+	v := m.viewPub.Load()
+	if v == nil {
+		return digest.ViewID{}, nil
+	}
+	return v.id, slices.Clone(v.members)
+}
+
+// publishedView is the installed view as View returns it, published by
+// the agent on every view change (viewPub).
+type publishedView struct {
+	id      digest.ViewID
+	members []digest.Member
 }

@@ -142,7 +142,7 @@ func (c *counter) Deliver(digest.Member, uint64, []byte) { c.n.Add(1) }
 func (c *counter) Lost(digest.Member, uint64, uint64)    {}
 
 // TestZeroAllocsPerMessage sends batches from one member to another (push
-// delivery at both) and checks that, in steady state, the whole path (copy
+// delivery at both, or Poll of the delivery ring in pull mode) and checks that, in steady state, the whole path (copy
 // into the ring, agent, bundling, sendmmsg, recvmmsg, receive, deliver)
 // allocates nothing per message: AllocsPerRun counts every goroutine's
 // allocations, agents included.
@@ -156,12 +156,15 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 		batch bool   // SendBatch in batches of 64 instead of TrySend
 		excl  bool   // Config.Agent.ExclusiveSender
 		auth  string // "", "signed" (Config.Keys) or "encrypted" (and Config.Encrypt)
-	}{{64, ThreadingShared, false, false, ""}, {1024, ThreadingShared, false, false, ""}, {64, ThreadingDedicated, false, false, ""}, {1024, ThreadingDedicated, false, false, ""},
-		{64, ThreadingShared, true, false, ""}, {1024, ThreadingDedicated, true, false, ""},
-		{64, ThreadingInvoked, false, false, ""}, {64, ThreadingInvoked, true, false, ""},
-		{64, ThreadingShared, false, true, ""}, {64, ThreadingShared, true, true, ""},
-		{64, ThreadingShared, false, false, "signed"}, {1024, ThreadingShared, false, false, "encrypted"},
-		{64, ThreadingDedicated, false, false, "encrypted"}, {64, ThreadingInvoked, true, false, "signed"}} {
+		pull  bool   // pull mode: both members Poll their delivery ring
+	}{{64, ThreadingShared, false, false, "", false}, {1024, ThreadingShared, false, false, "", false}, {64, ThreadingDedicated, false, false, "", false}, {1024, ThreadingDedicated, false, false, "", false},
+		{64, ThreadingShared, true, false, "", false}, {1024, ThreadingDedicated, true, false, "", false},
+		{64, ThreadingInvoked, false, false, "", false}, {64, ThreadingInvoked, true, false, "", false},
+		{64, ThreadingShared, false, true, "", false}, {64, ThreadingShared, true, true, "", false},
+		{64, ThreadingShared, false, false, "signed", false}, {1024, ThreadingShared, false, false, "encrypted", false},
+		{64, ThreadingDedicated, false, false, "encrypted", false}, {64, ThreadingInvoked, true, false, "signed", false},
+		{64, ThreadingShared, false, false, "", true}, {1024, ThreadingShared, false, false, "", true},
+		{64, ThreadingDedicated, false, false, "", true}, {1024, ThreadingInvoked, false, false, "", true}} {
 		size := tc.size
 		name := map[int]string{64: "64B", 1024: "1KiB"}[size] + "/" + tc.thr.String()
 		if tc.batch {
@@ -173,11 +176,16 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 		if tc.auth != "" {
 			name += "/" + tc.auth
 		}
+		if tc.pull {
+			name += "/pull"
+		}
 		t.Run(name, func(t *testing.T) {
 			cs := []*counter{{}, {}}
 			keys := testKeys(t, 1)
 			ms := openGroup(t, 2, func(i int, c *Config) {
-				c.Handler = cs[i]
+				if !tc.pull {
+					c.Handler = cs[i]
+				}
 				c.Agent.Threading = tc.thr
 				c.Agent.ExclusiveSender = tc.excl
 				if tc.auth != "" {
@@ -192,8 +200,12 @@ func TestZeroAllocsPerMessage(t *testing.T) {
 			}
 			sent := int64(0)
 			// wait is the test goroutine's idle step; with
-			// ThreadingInvoked it runs both members' agents.
+			// ThreadingInvoked it runs both members' agents, in pull
+			// mode it polls both.
 			wait := func() {
+				if tc.pull && ms[0].Poll(cs[0], 1024)+ms[1].Poll(cs[1], 1024) > 0 {
+					return
+				}
 				if tc.thr == ThreadingInvoked && ms[0].DoWork()+ms[1].DoWork() > 0 {
 					return
 				}

@@ -49,9 +49,7 @@ func (m *Member) Receive(ctx context.Context) (Message, error) {
 			return c.msg, nil
 		}
 		m.pollWaiters.Add(1)
-		m.deliverMu.Lock()
-		ch := m.deliverCh
-		m.deliverMu.Unlock()
+		ch := *m.deliverCh.Load()
 		n := m.Poll(&c, 1)
 		if n == 1 && c.got {
 			m.pollWaiters.Add(-1)
@@ -88,14 +86,18 @@ func (m *Member) Messages(ctx context.Context) iter.Seq2[Message, error] {
 	}
 }
 
-// signalDeliverable wakes Receive calls after the agent received or sent
-// something (agent side; one atomic load when nobody waits).
+// signalDeliverable wakes Receive calls after the agent did work, or a
+// Poll left records behind (one atomic load when nobody waits): it puts a
+// fresh channel in place and closes the one it took.
 func (m *Member) signalDeliverable() {
 	if m.pollWaiters.Load() == 0 {
 		return
 	}
-	m.deliverMu.Lock()
-	close(m.deliverCh)
-	m.deliverCh = make(chan struct{})
-	m.deliverMu.Unlock()
+	close(*m.deliverCh.Swap(newWakeCh()))
+}
+
+// newWakeCh returns a fresh channel for deliverCh.
+func newWakeCh() *chan struct{} {
+	ch := make(chan struct{})
+	return &ch
 }

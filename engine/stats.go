@@ -235,33 +235,22 @@ type Stats struct {
 	Socket transport.Stats
 }
 
-// Stats returns a snapshot of the counters. It takes the protocol lock
-// briefly and allocates (the Senders slice): call it at human rates.
+// Stats returns a snapshot of the counters. It takes no lock: the engine's
+// own counters are atomics, and what the agent owns (the protocol's and
+// membership's counters, the windows, view and peer lags) it reads from
+// the snapshot the agent publishes after each part of its work, waiting
+// for a part in progress to end (up to statsWait, which a Handler that
+// calls Stats waits). It allocates (the slices): call it at human rates.
 func (m *Member) Stats() Stats {
-	m.mu.Lock()
-	var ps nakack.Stats
-	var d digest.Digest
-	var view digest.View
-	var lags []nakack.PeerLag
+	var snap protoSnap
+	m.board.settle(m.done)
+	m.board.read(&snap)
 	now := m.now()
-	p := m.proto
-	if p == nil {
-		p = m.lastProto
+	ps := snap.proto
+	as := snap.auth
+	if m.sec != nil {
+		as.KeyID = m.sec.next.Load().Current() // SetKeys's, at once
 	}
-	if p != nil {
-		ps = p.Stats()
-		d = p.Digest()
-		if m.proto != nil {
-			view = p.View()
-			lags = p.AppendPeerLags(nil)
-		}
-	}
-	var gs gms.Stats
-	if m.dynamic() {
-		gs = m.g.Stats()
-	}
-	as := m.authStats()
-	m.mu.Unlock()
 	s := Stats{
 		Sent:                 ps.Sent,
 		Delivered:            m.ctr.delivered.Load(),
@@ -291,9 +280,9 @@ func (m *Member) Stats() Stats {
 		MembershipIn:         m.ctr.membershipIn.Load(),
 		AddressProbes:        m.ctr.addressProbes.Load(),
 		AddressesBound:       m.ctr.addressesBound.Load(),
-		View:                 view.ID,
-		Members:              append([]digest.Member(nil), view.Members...),
-		Membership:           gs,
+		View:                 snap.view,
+		Members:              snap.members,
+		Membership:           snap.gms,
 		Drops:                m.drops(ps),
 		Auth:                 as,
 		Repair:               ps.Repair,
@@ -304,12 +293,9 @@ func (m *Member) Stats() Stats {
 	if ts, ok := m.tr.(interface{ Stats() transport.Stats }); ok {
 		s.Socket = ts.Stats()
 	}
-	s.Senders = make([]SenderWindow, d.Len())
-	for i := range s.Senders {
-		s.Senders[i] = d.At(i)
-	}
-	s.Peers = make([]PeerLag, len(lags))
-	for i, l := range lags {
+	s.Senders = snap.senders
+	s.Peers = make([]PeerLag, len(snap.lags))
+	for i, l := range snap.lags {
 		s.Peers[i] = PeerLag{Member: l.Member, Delivered: l.Delivered, Lag: l.Lag, Age: -1, Reported: l.Reported}
 		if l.At > 0 {
 			s.Peers[i].Age = max(now-l.At, 0)

@@ -22,6 +22,12 @@ func (p *Protocol) Digest() digest.Digest {
 	return digest.New(p.appendDigest(nil))
 }
 
+// AppendDigest appends the live digest's entries (Digest's, in view order)
+// to dst and returns it: Digest without allocating once dst has room.
+func (p *Protocol) AppendDigest(dst []digest.Entry) []digest.Entry {
+	return p.appendDigest(dst)
+}
+
 // appendDigest appends the live digest's entries to dst.
 func (p *Protocol) appendDigest(dst []digest.Entry) []digest.Entry {
 	if !p.hasView {

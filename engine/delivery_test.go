@@ -1,0 +1,130 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+
+	"github.com/nakcast/nakcast/digest"
+	"github.com/stretchr/testify/require"
+)
+
+// ringChecker is Poll's handler in TestDeliveryRing: every record must be
+// the next one the producer wrote, intact.
+type ringChecker struct {
+	next uint64
+	size func(uint64) int
+	err  error
+}
+
+func (c *ringChecker) check(s digest.Member, seq uint64, payload []byte, lost bool) {
+	if c.err != nil {
+		return
+	}
+	want := c.next
+	c.next++
+	switch {
+	case s != (digest.Member{ID: 7, Inc: 2}) || seq != want:
+		c.err = fmt.Errorf("record %d: sender %v seq %d", want, s, seq)
+	case lost != (want%97 == 0):
+		c.err = fmt.Errorf("record %d: lost %v", want, lost)
+	case !lost && (len(payload) != c.size(want) || !payloadOK(payload, want)):
+		c.err = fmt.Errorf("record %d: payload of %d bytes, want %d, or content wrong", want, len(payload), c.size(want))
+	}
+}
+
+func (c *ringChecker) Deliver(s digest.Member, seq uint64, p []byte) { c.check(s, seq, p, false) }
+func (c *ringChecker) Lost(s digest.Member, from, to uint64) {
+	c.check(s, from, nil, true)
+	if to != from+5 {
+		c.err = fmt.Errorf("record %d: lost range to %d", from, to)
+	}
+}
+
+func fillRing(p []byte, i uint64) {
+	for k := range p {
+		p[k] = byte(i) ^ byte(k*31)
+	}
+}
+
+func payloadOK(p []byte, i uint64) bool {
+	for k := range p {
+		if p[k] != byte(i)^byte(k*31) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestDeliveryRing runs the delivery ring's two sides on two goroutines
+// the way the agent and Poll do: the producer delivers batches as far as
+// there is room (messages of 0 bytes to well above the ring's largest
+// record, which go by reference to the spill, and lost ranges), moves
+// what spilled on in later rounds; the consumer polls in batches. Every
+// record arrives once, in order, intact.
+func TestDeliveryRing(t *testing.T) {
+	total := uint64(30000)
+	if raceEnabled {
+		total = 5000
+	}
+	cfg := settings{}
+	cfg.DeliverBatch, cfg.Window, cfg.InlineSize, cfg.MaxMessage = 64, 1<<16, 1024, 1<<20
+	d := newDelivery(&cfg)
+	big := d.r.MaxRecord() + 1000
+	size := func(i uint64) int {
+		switch i % 13 {
+		case 0:
+			return big
+		case 1:
+			return 0
+		}
+		return int(i*7919) % 3000
+	}
+	src := digest.Member{ID: 7, Inc: 2}
+	buf := make([]byte, big)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rng := rand.New(rand.NewPCG(3, 4))
+		for i := uint64(0); i < total; {
+			d.stalled = false
+			d.flush()
+			if room := d.room(); d.idle() && room > 0 {
+				for k := min(room, 1+rng.IntN(80)); k > 0 && i < total; k-- {
+					if i%97 == 0 {
+						d.Lost(src, i, i+5)
+					} else {
+						p := buf[:size(i)]
+						fillRing(p, i)
+						d.Deliver(src, i, p)
+					}
+					i++
+				}
+				d.flush()
+			}
+			d.r.Publish()
+			if !d.idle() || d.room() == 0 {
+				d.stall()
+				for !d.progressed() {
+					runtime.Gosched()
+				}
+			}
+		}
+		for !d.idle() {
+			d.flush()
+			d.r.Publish()
+			runtime.Gosched()
+		}
+	}()
+	c := &ringChecker{size: size}
+	for c.next < total && c.err == nil {
+		if d.poll(c, 1+int(c.next%50), func() {}) == 0 {
+			runtime.Gosched()
+		}
+	}
+	require.NoError(t, c.err)
+	<-done // the agent has stopped, as Close's discard expects
+	require.Zero(t, d.poll(c, 10, func() {}))
+	require.Zero(t, d.discard())
+}
