@@ -80,10 +80,14 @@ bench-results:
 # run in turn COMPARE_COUNT times (base, head, base, head...), so load from
 # other work on the machine falls on both sides alike; 6 runs each is what
 # benchstat needs for a confidence interval. A package missing at BASE is
-# skipped with a message.
+# skipped with a message. In ./engine/ it runs the benchmarks
+# COMPARE_ENGINE selects: the loopback throughput rows (about a second a
+# row: two members open and close, and the raw baseline runs beside), not
+# the ping-pong's long latency runs.
 BASE              ?= HEAD~1
 BENCHSTAT         ?= golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
-COMPARE_PKGS      ?= ./ring/ ./wire/ ./nakack/
+COMPARE_PKGS      ?= ./ring/ ./wire/ ./nakack/ ./engine/
+COMPARE_ENGINE    ?= EngineLoopback
 COMPARE_COUNT     ?= 6
 COMPARE_BENCHTIME ?= 100ms
 CMP_DIR           ?= /tmp/nakcast-compare
@@ -93,7 +97,8 @@ bench-compare:
 		if ! (cd $(CMP_DIR)/src && $(GO) test -c -o $(CMP_DIR)/base/$$n.test $$p >/dev/null 2>&1); then echo "bench-compare: $$p skipped: does not build at $(BASE)"; continue; fi; \
 		$(GO) test -c -o $(CMP_DIR)/head/$$n.test $$p || exit 1; pkgs="$$pkgs $$p"; done; \
 	for i in $$(seq $(COMPARE_COUNT)); do echo "bench-compare: run $$i of $(COMPARE_COUNT):$$pkgs"; for p in $$pkgs; do n=$$(echo $$p | tr -c 'a-zA-Z0-9\n' _); \
-		(cd $(CMP_DIR)/src/$$p && $(CMP_DIR)/base/$$n.test -test.run '^$$' -test.bench . -test.benchmem -test.benchtime=$(COMPARE_BENCHTIME) >> $(CMP_DIR)/base.txt) || exit 1; \
-		(cd $$p && $(CMP_DIR)/head/$$n.test -test.run '^$$' -test.bench . -test.benchmem -test.benchtime=$(COMPARE_BENCHTIME) >> $(CMP_DIR)/head.txt) || exit 1; \
+		f=.; if [ "$$p" = ./engine/ ]; then f='$(COMPARE_ENGINE)'; fi; \
+		(cd $(CMP_DIR)/src/$$p && $(CMP_DIR)/base/$$n.test -test.run '^$$' -test.bench "$$f" -test.benchmem -test.benchtime=$(COMPARE_BENCHTIME) >> $(CMP_DIR)/base.txt) || exit 1; \
+		(cd $$p && $(CMP_DIR)/head/$$n.test -test.run '^$$' -test.bench "$$f" -test.benchmem -test.benchtime=$(COMPARE_BENCHTIME) >> $(CMP_DIR)/head.txt) || exit 1; \
 	done; done
 	$(GO) run $(BENCHSTAT) base=$(CMP_DIR)/base.txt head=$(CMP_DIR)/head.txt
