@@ -127,6 +127,11 @@ func BenchmarkEngineLoopback(b *testing.B) {
 		b.Run(fmt.Sprintf("%dB/block/dedicated", size), func(b *testing.B) {
 			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, thr: engine.ThreadingDedicated})
 		})
+		// Pull mode at the receiver: a goroutine of the application polls
+		// (Member.Poll, 256 messages a call), yielding when it finds none.
+		b.Run(fmt.Sprintf("%dB/block/pull", size), func(b *testing.B) {
+			benchLoopback(b, size, loopOpts{idle: engine.IdleBlock, pull: true})
+		})
 		// The sender does not deliver its own messages (Config.DiscardOwn),
 		// like the raw baseline's sender, which receives nothing.
 		b.Run(fmt.Sprintf("%dB/block/discardown", size), func(b *testing.B) {
@@ -174,6 +179,7 @@ type loopOpts struct {
 	batch      int
 	invoked    bool
 	exclusive  bool   // the sender's Config.Agent.ExclusiveSender
+	pull       bool   // the receiver in pull mode, polled by a goroutine
 	auth       string // "signed" (Config.Keys) or "encrypted" (and Config.Encrypt)
 }
 
@@ -203,6 +209,9 @@ func benchLoopback(b *testing.B, size int, o loopOpts) {
 			c.Agent.Threading = engine.ThreadingInvoked
 		}
 		if i == 1 {
+			if o.pull {
+				c.Handler = nil
+			}
 			if o.loss > 0 {
 				c.Transport.Wrap = memtransport.Faults{Loss: o.loss}.WrapTransport // over UDP, as measured
 			}
@@ -213,6 +222,9 @@ func benchLoopback(b *testing.B, size int, o loopOpts) {
 	})
 	payload := make([]byte, size)
 	defer bench.DriveInvoked(ms[1], engine.IdleYield)() // ThreadingInvoked: the receiver's loop
+	if o.pull {
+		defer pollLoop(ms[1], cs[1])()
+	}
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -298,6 +310,25 @@ func benchLoopback(b *testing.B, size int, o loopOpts) {
 	b.ReportMetric(float64(s.FlowControlWaits), "flow-waits")
 	b.ReportMetric(float64(r.Protocol.StableSent), "stable-sent")
 	b.ReportMetric(float64(s.Protocol.StabilitySent), "stability-sent")
+}
+
+// pollLoop polls m into h on a goroutine of its own, yielding when it
+// finds nothing, until the returned function is called.
+func pollLoop(m *engine.Member, h engine.Handler) (stop func()) {
+	var quit atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !quit.Load() {
+			if m.Poll(h, 256) == 0 {
+				runtime.Gosched()
+			}
+		}
+	}()
+	return func() {
+		quit.Store(true)
+		<-done
+	}
 }
 
 // pinger is member A's handler in the ping-pong: it notes the arrival of

@@ -65,12 +65,14 @@ const recMeta = 24
 // recSmall is the size of a lost-range and a reference record.
 const recSmall = recMeta + 8
 
-// deliveryMaxBytes bounds the delivery ring's buffer.
-const deliveryMaxBytes = 1 << 20
+// deliveryMaxBytes bounds the delivery ring's buffer: 1024 records (the
+// default) of 1 KiB messages fit, so that the record count, not the
+// bytes, bounds a ring of messages of the default inline size.
+const deliveryMaxBytes = 2 << 20
 
 // newDelivery returns the delivery ring of a pull-mode member: at most
 // deliveryRecords(cfg) records in a buffer sized for that many messages of
-// the inline size (at most deliveryMaxBytes).
+// the inline size (a power of two, at most deliveryMaxBytes).
 func newDelivery(cfg *settings) *delivery {
 	recs := deliveryRecords(cfg)
 	size := recs * (8 + recMeta + min(cfg.InlineSize, cfg.MaxMessage))
