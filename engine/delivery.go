@@ -75,8 +75,11 @@ const deliveryMaxBytes = 2 << 20
 // the inline size (a power of two, at most deliveryMaxBytes).
 func newDelivery(cfg *settings) *delivery {
 	recs := deliveryRecords(cfg)
-	size := recs * (8 + recMeta + min(cfg.InlineSize, cfg.MaxMessage))
-	size = min(max(size, 4096), deliveryMaxBytes)
+	per := 8 + recMeta + min(cfg.InlineSize, cfg.MaxMessage)
+	size := deliveryMaxBytes
+	if recs < deliveryMaxBytes/per { // (no overflow with a 32-bit int)
+		size = max(recs*per, 4096)
+	}
 	r, err := ring.NewRecords(1 << bits.Len(uint(size-1)))
 	if err != nil {
 		panic(err) // a power of two >= 4096

@@ -128,3 +128,24 @@ func TestDeliveryRing(t *testing.T) {
 	require.Zero(t, d.poll(c, 10, func() {}))
 	require.Zero(t, d.discard())
 }
+
+// TestDeliveryRingSize: the ring holds Agent.DeliverBatch records, at most
+// Window/8, in a buffer sized for that many messages of the inline size,
+// within 4 KiB..2 MiB.
+func TestDeliveryRingSize(t *testing.T) {
+	for _, tc := range []struct {
+		batch, window, inline, maxMsg int
+		recs, bytes                   int
+	}{
+		{DefaultDeliverBatch, DefaultWindow, DefaultInlineSize, DefaultMaxMessage, 1024, 2 << 20},
+		{DefaultDeliverBatch, 256, DefaultInlineSize, DefaultMaxMessage, 32, 64 << 10},
+		{DefaultDeliverBatch, 8, 16, 16, 1, 4096},
+		{MaxDeliverBatch, MaxWindow, MaxInlineSize, DefaultMaxMessage, MaxDeliverBatch, 2 << 20},
+	} {
+		cfg := settings{}
+		cfg.DeliverBatch, cfg.Window, cfg.InlineSize, cfg.MaxMessage = tc.batch, tc.window, tc.inline, tc.maxMsg
+		d := newDelivery(&cfg)
+		require.Equal(t, uint64(tc.recs), d.maxRecs, "%+v", tc)
+		require.Equal(t, tc.bytes, d.r.Capacity(), "%+v", tc)
+	}
+}
