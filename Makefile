@@ -44,7 +44,8 @@ unit:
 bench-smoke:
 	$(GO) test -count=1 -run '^$$' -bench . -benchtime=100x -benchmem $(PKGS) > /dev/null
 
-# Tests that build network namespaces; they skip themselves without root/CAP_NET_ADMIN.
+# Tests that build network namespaces (TestNetnsChaos among them: the chaos schedules); they
+# skip themselves without root/CAP_NET_ADMIN.
 netns-test:
 	@if [ "$$(id -u)" = "0" ] && command -v ip >/dev/null 2>&1; then \
 		$(GO) test -count=1 -run 'Netns' -timeout 10m ./bench/; \

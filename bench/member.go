@@ -111,6 +111,10 @@ type MemberConfig struct {
 	// Either way the member waits, before Ready, until its view holds
 	// Members members (at most viewWait).
 	Dynamic bool
+	// Join starts the member into a group already running (a restart in
+	// a chaos schedule; with Dynamic): it waits only until its view holds
+	// itself and one other member, and delivers from its join point on.
+	Join bool
 	// Ready, if set, is called once the member is open, before it sends;
 	// Start, if set, is waited on before sending (the group starts
 	// together).
@@ -304,13 +308,25 @@ type SenderResult struct {
 	// which cost about 50 ns a 64 B message at every member: more than
 	// the engine.
 	Hash string `json:"hash"`
-	// OutOfOrder counts deliveries whose seqno or payload index did not
-	// follow the previous one (must be 0).
+	// OutOfOrder counts deliveries and lost ranges that go back over
+	// seqnos already delivered or reported, and deliveries whose payload
+	// index is not their seqno (must be 0). A gap forward starts a new run
+	// (Runs).
 	OutOfOrder int64 `json:"out_of_order"`
 	// Lost are the lost ranges reported (must be empty without crashes or
 	// partitions); LostMsgs their total size.
 	Lost     []digest.Range `json:"lost"`
 	LostMsgs int64          `json:"lost_msgs"`
+	// Runs are the stretches of seqnos the member went through without a
+	// gap, each delivered or reported lost (one run from FirstSeq without
+	// faults; a member that joined late, was excluded and rejoined, or
+	// saw the sender leave its view and come back starts a new run where
+	// its delivery resumed).
+	Runs []digest.Range `json:"runs,omitempty"`
+	// Segments hash what was delivered in each block of SegmentSeqnos
+	// seqnos (FoldHash from 0 over the block's deliveries): members that
+	// joined at different points compare the blocks both delivered whole.
+	Segments []SegmentHash `json:"segments,omitempty"`
 	// Complete says the sender's last message was delivered.
 	Complete bool `json:"complete"`
 	// FirstSendNs is the send time carried by the first message delivered
@@ -372,6 +388,11 @@ type MemberResult struct {
 	// leaving), with the times it read them.
 	Views  []ViewRecord  `json:"views,omitempty"`
 	Events []EventRecord `json:"events,omitempty"`
+	// Restart is 0 for a member process started with the run, k for
+	// the k-th restart of member Index by a chaos schedule, and Killed
+	// says the schedule killed this process (RunNetns sets both).
+	Restart int  `json:"restart,omitempty"`
+	Killed  bool `json:"killed,omitempty"`
 	// Timeline samples, every TimelineInterval from the start of sending,
 	// how many messages of the other senders this member had delivered
 	// (for throughput over time); at most MaxTimeline samples.
@@ -407,6 +428,19 @@ func FoldHash(h, seq uint64, p []byte) uint64 {
 	return bits.RotateLeft64(h*p1^x, 31) * p2
 }
 
+// SegmentSeqnos is the size of the seqno blocks SenderResult.Segments
+// hashes: block k holds seqnos k*SegmentSeqnos+1 .. (k+1)*SegmentSeqnos.
+const SegmentSeqnos = 1024
+
+// SegmentHash is the hash of the messages one member delivered of one
+// block of a sender's seqnos (Seg, from 0): N messages folded with
+// FoldHash from 0, 16 hex digits.
+type SegmentHash struct {
+	Seg  uint64 `json:"seg"`
+	N    int    `json:"n"`
+	Hash string `json:"hash"`
+}
+
 // recvState is one sender's delivery bookkeeping, owned by the agent
 // goroutine that calls the handler.
 type recvState struct {
@@ -416,6 +450,12 @@ type recvState struct {
 	nextIdx  uint64
 	bytes    int64
 	complete atomic.Bool
+	// runFrom is the first seqno of the current run (0: none yet) and
+	// expect the seqno that continues it.
+	runFrom, expect uint64
+	// seg, segHash and segN are the current block of Segments.
+	seg, segHash uint64
+	segN         int
 	// progress is Delivered, published every timelineStep deliveries
 	// for the timeline sampler.
 	progress atomic.Int64
@@ -452,7 +492,8 @@ func (h *memberHandler) Deliver(sender digest.Member, seq uint64, p []byte) {
 		if len(p) >= MinMsgSize {
 			r.FirstSendNs = int64(binary.LittleEndian.Uint64(p))
 		}
-	} else if seq != r.LastSeq+1 {
+	}
+	if !st.follow(seq, seq) {
 		r.OutOfOrder++
 	}
 	r.Delivered++
@@ -462,6 +503,7 @@ func (h *memberHandler) Deliver(sender digest.Member, seq uint64, p []byte) {
 	}
 	st.bytes += int64(len(p))
 	st.hash = FoldHash(st.hash, seq, p)
+	st.segment(seq, p)
 	if len(p) < MinMsgSize {
 		r.OutOfOrder++
 		return
@@ -486,6 +528,54 @@ func (h *memberHandler) Deliver(sender digest.Member, seq uint64, p []byte) {
 	}
 }
 
+// follow moves the stream on over seqnos from..to (a delivery, or a lost
+// range): a stretch beyond the expected seqno starts a new run (a gap no
+// lost range covered); one before it goes back over seqnos already
+// delivered or reported, and follow reports false.
+func (st *recvState) follow(from, to uint64) bool {
+	ok := true
+	switch {
+	case st.runFrom == 0:
+		st.runFrom = from
+	case from > st.expect:
+		st.res.Runs = append(st.res.Runs, digest.Range{From: st.runFrom, To: st.expect - 1})
+		st.runFrom = from
+	case from < st.expect:
+		ok = false
+	}
+	if from != st.expect {
+		st.nextIdx = from // the payload index is the seqno
+	}
+	st.expect = max(st.expect, to+1)
+	return ok
+}
+
+// segment folds delivered message seq into its block's hash.
+func (st *recvState) segment(seq uint64, p []byte) {
+	if k := (seq - 1) / SegmentSeqnos; k != st.seg {
+		st.flushSegment()
+		st.seg = k
+	}
+	st.segHash = FoldHash(st.segHash, seq, p)
+	st.segN++
+}
+
+func (st *recvState) flushSegment() {
+	if st.segN > 0 {
+		st.res.Segments = append(st.res.Segments, SegmentHash{Seg: st.seg, N: st.segN, Hash: fmt.Sprintf("%016x", st.segHash)})
+	}
+	st.segHash, st.segN = 0, 0
+}
+
+// finish closes the open run and block once the agent has stopped.
+func (st *recvState) finish() {
+	if st.runFrom != 0 {
+		st.res.Runs = append(st.res.Runs, digest.Range{From: st.runFrom, To: st.expect - 1})
+		st.runFrom = 0
+	}
+	st.flushSegment()
+}
+
 // recordSent is Deliver for a DiscardOwn sender's own stream, called by
 // the sending goroutine once the engine accepted message seq (the engine
 // numbers a member's messages 1, 2, ...): the same count, seqnos and hash
@@ -502,6 +592,8 @@ func (h *memberHandler) recordSent(st *recvState, seq uint64, p []byte, last boo
 	if r.Delivered%timelineStep == 0 || last {
 		st.progress.Store(r.Delivered)
 	}
+	st.follow(seq, seq)
+	st.segment(seq, p)
 	if last {
 		h.complete(st)
 	}
@@ -520,6 +612,10 @@ func (h *memberHandler) Lost(sender digest.Member, from, to uint64) {
 	if st := h.state(sender); st != nil {
 		st.res.Lost = append(st.res.Lost, digest.Range{From: from, To: to})
 		st.res.LostMsgs += int64(to - from + 1)
+		if !st.follow(from, to) {
+			st.res.OutOfOrder++
+		}
+		st.nextIdx = to + 1
 	}
 }
 
@@ -572,15 +668,19 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 	// invokedWorkEvery messages), then on a harness goroutine again until
 	// the run ends.
 	stopDriving := DriveInvoked(m, cfg.Agent.Idle)
-	ev := recordEvents(m, cfg.Members)
+	full := cfg.Members
+	if cfg.Join {
+		full = min(2, cfg.Members)
+	}
+	ev := recordEvents(m, full)
 	if !ev.waitFull(ctx, viewWait) {
 		stopDriving()
 		id, v := m.View()
 		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_ = m.Close(closeCtx)
 		cancel()
-		ev.stop(m, cfg.Members)
-		return MemberResult{}, fmt.Errorf("bench: member %d: its view did not reach %d members within %v (view %v has %d)", cfg.Index, cfg.Members, viewWait, id, len(v))
+		ev.stop(m, full)
+		return MemberResult{}, fmt.Errorf("bench: member %d: its view did not reach %d members within %v (view %v has %d)", cfg.Index, full, viewWait, id, len(v))
 	}
 	if cfg.Ready != nil {
 		cfg.Ready(m)
@@ -677,12 +777,13 @@ wait:
 	closeErr := m.Close(closeCtx)
 	cancelClose()
 	res.Stats = m.Stats() // after the drain: a sender's repairs happen there too
-	ev.stop(m, cfg.Members)
+	ev.stop(m, full)
 	res.Views, res.Events = ev.views, ev.events
 	res.Injected = injected()
 	// The agent has stopped: the handler's state is ours to read.
 	res.Complete = true
 	for _, st := range states {
+		st.finish()
 		r := st.res
 		r.Complete = st.complete.Load()
 		r.Hash = fmt.Sprintf("%016x", st.hash)

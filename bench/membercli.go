@@ -77,6 +77,12 @@ func MemberArgs(cfg MemberConfig, out string, waitStart bool) []string {
 	if !cfg.Dynamic {
 		a = append(a, "-static")
 	}
+	if cfg.Join {
+		a = append(a, "-join")
+	}
+	if d := cfg.Membership.SuspectTimeout; d != 0 {
+		a = append(a, "-suspect-timeout", d.String())
+	}
 	a = appendAuthArgs(a, cfg.KeyFile, cfg.Encrypt, cfg.Insecure)
 	if len(cfg.Membership.MemberAddrs) > 0 {
 		addrs := make([]string, len(cfg.Membership.MemberAddrs))
@@ -149,6 +155,8 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 	insecure := fs.Bool("insecure", false, "open mode off loopback: datagrams not authenticated (engine.Config.Insecure)")
 	addrs := fs.String("addrs", "", "every member's unicast ADDR:PORT in index order, comma-separated: with -static engine.Config.Membership.MemberAddrs (default: bound on first contact), else the others' are Membership.InitialHosts (default: multicast discovery)")
 	static := fs.Bool("static", false, "a fixed view of -members members (engine.Config.Membership.Members: nobody joins, leaves or is excluded) instead of automatic membership (discovery, join, failure detection, leave)")
+	join := fs.Bool("join", false, "join a group already running (a restarted member): wait only until the view holds this member and one other, then deliver from the join point on")
+	suspect := fs.Duration("suspect-timeout", 0, "silence before a member is probed and suspected (engine.Config.Membership.SuspectTimeout; 0: the default)")
 	outFile := fs.String("out", "-", "result file (- for stdout)")
 	wait := fs.Bool("wait-start", false, "print "+ReadyLine+" once open, then wait for a line on stdin before sending")
 	if err := fs.Parse(args); err != nil {
@@ -185,6 +193,7 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 		Timeout:     *timeout,
 		SendBatch:   *batch,
 		Dynamic:     !*static,
+		Join:        *join,
 		Config:      engine.Config{Interface: *iface, Network: engine.NetworkConfig{TTL: *ttl}, Transport: engine.TransportConfig{Backend: *transport, NoLoopback: *noLoop, NoGSO: *noGSO, XDP: ebpf.Options{Mode: *xdpMode}}, Tuning: engine.TuningConfig{MaxDatagram: *datagram, BundleBytes: *bundle}, DiscardOwn: *discardOwn, Agent: engine.AgentConfig{ExclusiveSender: *exclusive}},
 	}
 	if cfg.Senders, err = parseInts(*senders); err != nil {
@@ -216,6 +225,10 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 		return bad("-interface %s: -unicast ADDR:PORT is required off loopback (this member's address on %s; the default binds 127.0.0.1, where the others cannot reach it)", *iface, *iface)
 	}
 	cfg.Encrypt, cfg.Insecure = *encrypt, *insecure
+	cfg.Membership.SuspectTimeout = *suspect
+	if cfg.Join && !cfg.Dynamic {
+		return bad("-join needs automatic membership: a fixed view (-static) has no join")
+	}
 	if cfg.Keys, cfg.KeyFile, err = ReadKeyFile(*keyFile); err != nil {
 		return bad("-key-file: %v", err)
 	}

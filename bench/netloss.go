@@ -36,9 +36,13 @@ func CheckNft() error {
 // nft runs nft with args (and stdin, if not empty) in the bridge's
 // namespace.
 func (ns *Netns) nft(ctx context.Context, stdin string, args ...string) ([]byte, error) {
+	return ns.nftIn(ctx, ns.prefix+"br", stdin, args...)
+}
+
+// nftIn runs nft with args (and stdin, if not empty) in namespace br.
+func (ns *Netns) nftIn(ctx context.Context, br, stdin string, args ...string) ([]byte, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	br := ns.prefix + "br"
 	cmd := exec.CommandContext(cctx, "ip", append([]string{"netns", "exec", br, "nft"}, args...)...)
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)

@@ -225,6 +225,21 @@ type NetnsRunConfig struct {
 	// loss near the sender, for every receiver); each member's result
 	// gets the drop counts (MemberResult.NetDrops). Use with NoGSO.
 	EgressLoss float64
+	// Chaos, if set, is run on the member processes from the start of
+	// sending (ParseChaos; ChaosSchedule.Check it against the run first).
+	// A killed member's missing result is no error; each restart's result
+	// follows the members' in the results (MemberResult.Restart), in
+	// restart order.
+	Chaos ChaosSchedule
+	// LinkLoss, if positive, drops that fraction of the UDP datagrams
+	// arriving at every member (nftables in its namespace: loss on each
+	// member's link, independent per receiver); it makes a chaos run
+	// even without a schedule.
+	LinkLoss float64
+	// Monitor, if set, is called during a chaos run every MonitorEvery
+	// (default 1 s) with the member processes running then.
+	Monitor      func(elapsed time.Duration, live []ChaosProc)
+	MonitorEvery time.Duration
 }
 
 // NetnsGroup is the group of runs in namespaces: it only exists inside
@@ -286,7 +301,7 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 	for i := range mc.Membership.MemberAddrs {
 		mc.Membership.MemberAddrs[i] = netip.AddrPortFrom(ns.Addrs[i], NetnsUnicastPort)
 	}
-	for i := range specs {
+	spec := func(i, restart int) procSpec {
 		c := mc
 		c.Index = i
 		c.Network.Unicast = mc.Membership.MemberAddrs[i]
@@ -294,7 +309,14 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 			c.LossRate = 0
 		}
 		out := filepath.Join(dir, fmt.Sprintf("member%d.json", i))
-		specs[i] = procSpec{argv: append(append([]string(nil), cfg.Exe...), MemberArgs(c, out, true)...), out: out}
+		if restart > 0 {
+			c.Join = true
+			out = filepath.Join(dir, fmt.Sprintf("member%d.r%d.json", i, restart))
+		}
+		return procSpec{argv: append(append([]string(nil), cfg.Exe...), MemberArgs(c, out, true)...), out: out, index: i, restart: restart}
+	}
+	for i := range specs {
+		specs[i] = spec(i, 0)
 	}
 	if cfg.EgressLoss > 0 {
 		if err := ns.egressLoss(ctx, mc.Members, cfg.EgressLoss); err != nil {
@@ -306,18 +328,27 @@ func RunNetns(ctx context.Context, cfg NetnsRunConfig) ([]MemberResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	errs := []error{runNetnsProcs(ctx, ns, specs, cfg.Env, cfg.Kill, progress), stopCaptures()}
-	results := make([]MemberResult, mc.Members)
+	var procErr error
+	if len(cfg.Chaos) > 0 || cfg.LinkLoss > 0 {
+		specs, procErr = runChaosProcs(ctx, ns, specs, cfg, spec, progress)
+	} else {
+		procErr = runNetnsProcs(ctx, ns, specs, cfg.Env, cfg.Kill, progress)
+	}
+	errs := []error{procErr, stopCaptures()}
+	results := make([]MemberResult, len(specs))
 	for i, sp := range specs {
+		results[i].Index, results[i].Restart, results[i].Killed = sp.index, sp.restart, sp.killed
 		b, err := os.ReadFile(sp.out)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("bench: member %d wrote no result", i))
-			results[i].Index = i
+			if !sp.killed {
+				errs = append(errs, fmt.Errorf("bench: member %d (restart %d) wrote no result", sp.index, sp.restart))
+			}
 			continue
 		}
 		if err := json.Unmarshal(b, &results[i]); err != nil {
 			errs = append(errs, fmt.Errorf("bench: member %d: result: %w", i, err))
 		}
+		results[i].Restart, results[i].Killed = sp.restart, sp.killed
 	}
 	if cfg.EgressLoss > 0 {
 		ns.netDrops(ctx, results)
@@ -436,10 +467,159 @@ func useNetns(ctx context.Context, given *Netns, n, mtu int, progress func(strin
 	}, nil
 }
 
-// procSpec is one member process: its command line and result file.
+// procSpec is one member process: its command line and result file;
+// with a chaos schedule also its member index, restart (0: started with
+// the run) and whether the schedule killed it.
 type procSpec struct {
-	argv []string
-	out  string
+	argv           []string
+	out            string
+	index, restart int
+	killed         bool
+}
+
+// memberProc is one member process started in its namespace.
+type memberProc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stderr bytes.Buffer
+	ready  chan error
+	done   chan error
+	exited chan struct{} // closed once it exited (done may be read once)
+}
+
+// startMemberProc starts argv in member namespace i, in a process group of
+// its own (a Ctrl-C at the terminal reaches the members through us, in
+// order). ready gets nil once it printed ReadyLine (or an error if it
+// exits first); done gets its exit.
+func startMemberProc(ns *Netns, i int, argv, env []string) (*memberProc, error) {
+	p := &memberProc{ready: make(chan error, 1), done: make(chan error, 1), exited: make(chan struct{})}
+	p.cmd = ns.Command(i, argv...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stderr = &p.stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var err error
+	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench: member %d: %w", i, err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == ReadyLine {
+				p.ready <- nil
+				_, _ = io.Copy(io.Discard, stdout)
+				return
+			}
+		}
+		p.ready <- errors.New("exited before it was ready")
+	}()
+	go func() {
+		err := p.cmd.Wait()
+		close(p.exited)
+		p.done <- err
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// waitReady waits until p (member i) is open.
+func (p *memberProc) waitReady(ctx context.Context, i int) error {
+	select {
+	case err := <-p.ready:
+		if err != nil {
+			<-p.exited // stderr complete
+			return fmt.Errorf("bench: member %d %s: %s", i, err, strings.TrimSpace(p.stderr.String()))
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("bench: member %d: not open after 30s: %s", i, strings.TrimSpace(p.stderr.String()))
+	}
+}
+
+// reap kills p unless it has exited, and waits for it: no member process
+// outlives a run.
+func (p *memberProc) reap() {
+	if p == nil || p.cmd.Process == nil {
+		return
+	}
+	select {
+	case <-p.done:
+	default:
+		_ = p.cmd.Process.Signal(syscall.SIGCONT) // a stopped process dies too
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// startMemberProcs starts specs[i] in member namespace i, waits until
+// every one is open and writes the start line to all.
+func startMemberProcs(ctx context.Context, ns *Netns, specs []procSpec, env []string, progress func(string)) ([]*memberProc, error) {
+	procs := make([]*memberProc, len(specs))
+	for i, sp := range specs {
+		p, err := startMemberProc(ns, i, sp.argv, env)
+		if err != nil {
+			return procs, err
+		}
+		procs[i] = p
+	}
+	progress(fmt.Sprintf("started %d member processes; waiting until every one is open", len(procs)))
+	for i, p := range procs {
+		if err := p.waitReady(ctx, i); err != nil {
+			return procs, err
+		}
+	}
+	for _, p := range procs {
+		_, _ = p.stdin.Write([]byte("go\n"))
+	}
+	progress("running")
+	return procs, nil
+}
+
+// signalAll sends sig to every process of procs still running.
+func signalAll(procs []*memberProc, sig syscall.Signal) {
+	for _, p := range procs {
+		if p != nil && p.cmd.Process != nil {
+			_ = p.cmd.Process.Signal(sig)
+		}
+	}
+}
+
+// waitMemberProcs waits for procs to exit; cancelling ctx sends SIGINT to
+// all, then SIGKILL after 10 s. A process for which expected(i) says so
+// may die of a signal without it being an error.
+func waitMemberProcs(ctx context.Context, procs []*memberProc, expected func(i int) bool) error {
+	var errs []error
+	interrupted := false
+	for i, p := range procs {
+	wait:
+		for {
+			select {
+			case err := <-p.done:
+				if err != nil && (expected == nil || !expected(i)) {
+					errs = append(errs, fmt.Errorf("bench: member %d: %v: %s", i, err, strings.TrimSpace(p.stderr.String())))
+				}
+				break wait
+			case <-ctx.Done():
+				if !interrupted {
+					interrupted = true
+					signalAll(procs, syscall.SIGCONT)
+					signalAll(procs, syscall.SIGINT)
+					t := time.AfterFunc(10*time.Second, func() { signalAll(procs, syscall.SIGKILL) })
+					defer t.Stop()
+				}
+				ctx = context.Background()
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // runNetnsProcs runs specs[i] in member namespace i with -wait-start
@@ -448,113 +628,19 @@ type procSpec struct {
 // to exit. Cancelling ctx sends SIGINT to all, then SIGKILL after 10 s. No
 // process outlives the call.
 func runNetnsProcs(ctx context.Context, ns *Netns, specs []procSpec, env []string, kill func(int, *os.Process), progress func(string)) error {
-	type proc struct {
-		cmd    *exec.Cmd
-		stdin  io.WriteCloser
-		stderr bytes.Buffer
-		ready  chan error
-		done   chan error
-	}
-	procs := make([]*proc, len(specs))
-	killAll := func(sig syscall.Signal) {
-		for _, p := range procs {
-			if p != nil && p.cmd.Process != nil {
-				_ = p.cmd.Process.Signal(sig)
-			}
-		}
-	}
+	procs, err := startMemberProcs(ctx, ns, specs, env, progress)
 	defer func() {
-		// Whatever happened: no member process outlives the run.
 		for _, p := range procs {
-			if p == nil || p.cmd.Process == nil {
-				continue
-			}
-			select {
-			case <-p.done:
-			default:
-				_ = p.cmd.Process.Kill()
-				<-p.done
-			}
+			p.reap()
 		}
 	}()
-	for i, sp := range specs {
-		p := &proc{ready: make(chan error, 1), done: make(chan error, 1)}
-		p.cmd = ns.Command(i, sp.argv...)
-		p.cmd.Env = append(os.Environ(), env...)
-		p.cmd.Stderr = &p.stderr
-		// Own process group: a Ctrl-C at the terminal reaches the
-		// members through us, in order.
-		p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		var err error
-		p.stdin, err = p.cmd.StdinPipe()
-		if err != nil {
-			return err
-		}
-		stdout, err := p.cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := p.cmd.Start(); err != nil {
-			return fmt.Errorf("bench: member %d: %w", i, err)
-		}
-		procs[i] = p
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				if sc.Text() == ReadyLine {
-					p.ready <- nil
-					_, _ = io.Copy(io.Discard, stdout)
-					return
-				}
-			}
-			p.ready <- errors.New("exited before it was ready")
-		}()
-		go func() { p.done <- p.cmd.Wait(); close(p.done) }()
+	if err != nil {
+		return err
 	}
-	progress(fmt.Sprintf("started %d member processes; waiting until every one is open", len(procs)))
-	for i, p := range procs {
-		select {
-		case err := <-p.ready:
-			if err != nil {
-				<-p.done // stderr complete
-				return fmt.Errorf("bench: member %d %s: %s", i, err, strings.TrimSpace(p.stderr.String()))
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(30 * time.Second):
-			return fmt.Errorf("bench: member %d: not open after 30s: %s", i, strings.TrimSpace(p.stderr.String()))
-		}
-	}
-	for _, p := range procs {
-		_, _ = p.stdin.Write([]byte("go\n"))
-	}
-	progress("running")
 	if kill != nil {
 		for i, p := range procs {
 			kill(i, p.cmd.Process)
 		}
 	}
-	var errs []error
-	interrupted := false
-	for i, p := range procs {
-	wait:
-		for {
-			select {
-			case err := <-p.done:
-				if err != nil {
-					errs = append(errs, fmt.Errorf("bench: member %d: %v: %s", i, err, strings.TrimSpace(p.stderr.String())))
-				}
-				break wait
-			case <-ctx.Done():
-				if !interrupted {
-					interrupted = true
-					killAll(syscall.SIGINT)
-					t := time.AfterFunc(10*time.Second, func() { killAll(syscall.SIGKILL) })
-					defer t.Stop()
-				}
-				ctx = context.Background()
-			}
-		}
-	}
-	return errors.Join(errs...)
+	return waitMemberProcs(ctx, procs, nil)
 }

@@ -88,6 +88,8 @@ func Verify(results []MemberResult) []string {
 				bad = append(bad, fmt.Sprintf("member %d: sender %d: last message not delivered (%d delivered)", r.Index, s.Index, s.Delivered))
 			case s.OutOfOrder != 0:
 				bad = append(bad, fmt.Sprintf("member %d: sender %d: %d deliveries out of order", r.Index, s.Index, s.OutOfOrder))
+			case len(s.Runs) > 1:
+				bad = append(bad, fmt.Sprintf("member %d: sender %d: gaps no lost range covers: delivered in runs %v", r.Index, s.Index, s.Runs))
 			case len(s.Lost) != 0:
 				bad = append(bad, fmt.Sprintf("member %d: sender %d: lost ranges %v", r.Index, s.Index, s.Lost))
 			case s.Delivered > 0 && (s.FirstSeq != 1 || s.LastSeq != uint64(s.Delivered)):

@@ -52,7 +52,8 @@ modes:
   member      one engine member as its own process (JSON result)
   raw-member  one raw bundler process, sender or receiver (JSON result)
   pingpong-member  one side of a ping-pong between namespaces (JSON result)
-  netns       one member per network namespace on a bridge (root); -transport xdp,udp compares backends
+  netns       one member per network namespace on a bridge (root); -transport xdp,udp compares backends;
+              -chaos kills, stops, restarts and partitions members on a schedule
   results     regenerate bench/RESULTS.md (make bench-results)
   keygen      write a new group key file for -key-file
 

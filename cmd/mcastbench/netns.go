@@ -33,6 +33,8 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	static := fs.Bool("static", false, "the members run a fixed view (mcastbench member -static) instead of automatic membership")
 	repeat := fs.Int("repeat", 3, "with several -transport values (xdp,udp,udp+gso): rounds of the comparison, figures the medians")
 	pingCount := fs.Int("pingpong-count", 10000, "with several -transport values: round trips of each ping-pong (spinning agents; 0: none)")
+	var chaos chaosFlags
+	chaos.register(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -83,6 +85,9 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usagef("-repeat %d, -pingpong-count %d: want at least 1 and 0", *repeat, *pingCount)
 		}
 	}
+	if err := chaos.check(&ef, *static, transports); err != nil {
+		return err
+	}
 	if err := bench.CheckNetns(); err != nil {
 		return err
 	}
@@ -108,6 +113,11 @@ func runNetns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}()
 
+	if chaos.on() {
+		cfg := ef.memberConfig()
+		cfg.LossRate, cfg.Dynamic, cfg.Rate = ef.loss, true, *rate
+		return runChaosNetns(ctx, ns, exe, cfg, chaos, stdout, progressLine, out)
+	}
 	if len(transports) > 1 {
 		cfg := ef.memberConfig()
 		cfg.LossRate, cfg.Dynamic = ef.loss, !*static
