@@ -15,6 +15,8 @@
 //	mcastbench netns [flags]        members in network namespaces (root); with
 //	                                -transport xdp,udp,udp+gso the backends compared
 //	mcastbench pingpong-member      one side of a ping-pong between namespaces
+//	mcastbench soak [flags]         ten minutes of members in namespaces under loss,
+//	                                one killed and restarted every minute (root)
 //	mcastbench results [flags]      regenerate bench/RESULTS.md
 //
 // Every mode takes -h. Invalid flags exit with status 2; a run that cannot
@@ -54,6 +56,7 @@ modes:
   pingpong-member  one side of a ping-pong between namespaces (JSON result)
   netns       one member per network namespace on a bridge (root); -transport xdp,udp compares backends;
               -chaos kills, stops, restarts and partitions members on a schedule
+  soak        members in namespaces for 10 minutes under loss, one killed and restarted every minute (root)
   results     regenerate bench/RESULTS.md (make bench-results)
   keygen      write a new group key file for -key-file
 
@@ -90,6 +93,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runPingPongMember(ctx, args, stdout, stderr)
 	case "netns":
 		err = runNetns(ctx, args, stdout, stderr)
+	case "soak":
+		err = runSoak(ctx, args, stdout, stderr)
 	case "results":
 		err = runResults(ctx, args, stdout, stderr)
 	case "keygen":
