@@ -196,14 +196,21 @@ func TestChaosSeedCorpus(t *testing.T) {
 	require.NotEmpty(t, entries)
 }
 
-// TestMemberHandlerRuns: lost ranges continue a run, a gap starts a new
-// one (a late join or a rejoin), going back is out of order; blocks of
-// SegmentSeqnos seqnos are hashed apart.
-func TestMemberHandlerRuns(t *testing.T) {
+// oneSenderHandler is a member handler of run 100 following one sender,
+// member ID 101.
+func oneSenderHandler() (*memberHandler, *recvState) {
 	h := &memberHandler{base: 100, bySlot: make([]*recvState, 1), sample: 1, done: make(chan struct{})}
 	st := &recvState{hist: NewHistogram(), nextIdx: 1}
 	h.bySlot[0] = st
 	h.pending.Store(1)
+	return h, st
+}
+
+// TestMemberHandlerRuns: lost ranges continue a run, a gap starts a new
+// one (a late join or a rejoin), going back is out of order; blocks of
+// SegmentSeqnos seqnos are hashed apart.
+func TestMemberHandlerRuns(t *testing.T) {
+	h, st := oneSenderHandler()
 	sender := digest.Member{ID: 101, Inc: 1}
 	p := make([]byte, 32)
 	deliver := func(seq uint64) {
@@ -224,9 +231,7 @@ func TestMemberHandlerRuns(t *testing.T) {
 	st.finish()
 	require.Equal(t, []digest.Range{{From: 3, To: 8}, {From: 12, To: 14}}, st.res.Runs)
 
-	h = &memberHandler{base: 100, bySlot: make([]*recvState, 1), sample: 1, done: make(chan struct{})}
-	st = &recvState{hist: NewHistogram(), nextIdx: 1}
-	h.bySlot[0] = st
+	h, st = oneSenderHandler()
 	for seq := uint64(1); seq <= SegmentSeqnos+2; seq++ {
 		deliver(seq)
 	}
