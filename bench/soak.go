@@ -34,8 +34,11 @@ type SoakConfig struct {
 	Victim int
 	Every  time.Duration
 	Down   time.Duration
-	// Sample (5s) is the memory sampling period and WarmUp (1m) the time
-	// after which a process's memory counts as warmed up.
+	// Sample (5s) is the memory sampling period and WarmUp (2m) the time
+	// after which a process's memory counts as warmed up: it covers the
+	// first kill, whose failure detection stalls stability for seconds
+	// while every member keeps what it sent and received (the pools and
+	// windows reach their high-water marks there), and the restart.
 	Sample time.Duration
 	WarmUp time.Duration
 	// Exe, Env and Progress are as in NetnsRunConfig.
@@ -76,7 +79,7 @@ func (c SoakConfig) withDefaults() (SoakConfig, error) {
 		c.Sample = 5 * time.Second
 	}
 	if c.WarmUp == 0 {
-		c.WarmUp = time.Minute
+		c.WarmUp = 2 * time.Minute
 	}
 	if c.Every <= c.Down || c.Sample <= 0 || c.WarmUp < 0 || c.Rate < 0 || c.LinkLoss < 0 || c.LinkLoss >= 1 {
 		return c, fmt.Errorf("bench: soak: Every %v, Down %v, Sample %v, WarmUp %v, Rate %g, LinkLoss %g: want Every > Down > 0, Sample > 0, 0 <= LinkLoss < 1",

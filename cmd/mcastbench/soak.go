@@ -29,7 +29,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.DurationVar(&c.Every, "every", time.Minute, "kill the victim every this long (first at this time)")
 	fs.DurationVar(&c.Down, "down", 10*time.Second, "restart the victim this long after each kill")
 	fs.DurationVar(&c.Sample, "sample", 5*time.Second, "resident memory sampling period")
-	fs.DurationVar(&c.WarmUp, "warmup", time.Minute, "a process's memory after this long counts as warmed up")
+	fs.DurationVar(&c.WarmUp, "warmup", 2*time.Minute, "a process's memory after this long counts as warmed up (past the first kill's stall and restart)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
