@@ -76,6 +76,14 @@ func (ns *Netns) heal(ctx context.Context, members int) error {
 	return errors.Join(errs...)
 }
 
+// clearChaos deletes the chaos table of the first n members (their link
+// loss and any cut), for namespaces that outlive the run.
+func (ns *Netns) clearChaos(n int) {
+	for i := range n {
+		_, _ = ns.nftIn(context.Background(), ns.Members[i], "", "delete", "table", "inet", chaosTable)
+	}
+}
+
 // chaosRun runs a schedule on a group of member processes.
 type chaosRun struct {
 	ns       *Netns
@@ -95,13 +103,15 @@ type chaosRun struct {
 	t0       time.Time
 }
 
-// runChaosProcs is runNetnsProcs with a chaos schedule run from the start
-// of sending, loss on every member's link (linkLoss; the partition chain
-// is added even at 0) and, every monitorEvery, monitor called with the
-// processes running. It returns the restarts' specs and the specs with
-// killed set where the schedule killed the process.
+// runChaosProcs is runNetnsProcs with cfg.Chaos run from the start of
+// sending, cfg.LinkLoss on every member's link (linkLoss; the partition
+// chain is added even at 0; both go at the end) and cfg.Monitor called
+// every cfg.MonitorEvery with the processes running. It returns the specs
+// of every process it started, the restarts' after specs, with killed set
+// where the schedule killed the process.
 func runChaosProcs(ctx context.Context, ns *Netns, specs []procSpec, cfg NetnsRunConfig, restartSpec func(i, k int) procSpec, progress func(string)) ([]procSpec, error) {
 	n := len(specs)
+	defer ns.clearChaos(n)
 	for i := range n {
 		if err := ns.linkLoss(ctx, i, cfg.LinkLoss); err != nil {
 			return specs, err

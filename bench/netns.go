@@ -226,10 +226,10 @@ type NetnsRunConfig struct {
 	// gets the drop counts (MemberResult.NetDrops). Use with NoGSO.
 	EgressLoss float64
 	// Chaos, if set, is run on the member processes from the start of
-	// sending (ParseChaos; ChaosSchedule.Check it against the run first).
-	// A killed member's missing result is no error; each restart's result
-	// follows the members' in the results (MemberResult.Restart), in
-	// restart order.
+	// sending (ParseChaos; ChaosSchedule.Check it against the run first;
+	// Kill is not called then). A killed member's missing result is no
+	// error; each restart's result follows the members' in the results
+	// (MemberResult.Restart), in restart order.
 	Chaos ChaosSchedule
 	// LinkLoss, if positive, drops that fraction of the UDP datagrams
 	// arriving at every member (nftables in its namespace: loss on each
