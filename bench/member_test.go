@@ -21,10 +21,7 @@ import (
 )
 
 func TestRunGroupExactDelivery(t *testing.T) {
-	count := int64(20000)
-	if raceEnabled {
-		count = 3000
-	}
+	count := int64(groupMessages)
 	for _, tt := range []struct {
 		name    string
 		members int

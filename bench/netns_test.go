@@ -129,10 +129,7 @@ func TestNetnsThreeMembers(t *testing.T) {
 	needNetns(t)
 	exe, err := os.Executable()
 	require.NoError(t, err)
-	count := int64(20000)
-	if raceEnabled {
-		count = 5000
-	}
+	count := int64(netnsMessages)
 	for _, tc := range []struct {
 		name string
 		mod  func(c *MemberConfig)

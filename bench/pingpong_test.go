@@ -11,10 +11,7 @@ import (
 )
 
 func TestRunRawPingPong(t *testing.T) {
-	count := 2000
-	if raceEnabled {
-		count = 200
-	}
+	count := pingPongRounds
 	tests := []struct {
 		name string
 		cfg  PingPongConfig

@@ -18,10 +18,7 @@ func testGroup(last byte) netip.AddrPort {
 }
 
 func TestRunRawMessagesFlow(t *testing.T) {
-	d := 300 * time.Millisecond
-	if raceEnabled {
-		d = 100 * time.Millisecond
-	}
+	d := rawFlowDuration
 	for _, size := range []int{64, 1024} {
 		t.Run(byteSize(size), func(t *testing.T) {
 			res, err := RunRaw(context.Background(), RawConfig{Group: testGroup(1), MsgSize: size, Duration: d, Receivers: 2})

@@ -32,9 +32,9 @@ func sizeFor(i int, big bool) int {
 // message of every sender exactly once and in order (count and an
 // order-sensitive hash per sender), with no lost range reported.
 func TestExactDelivery(t *testing.T) {
-	perSender := 20000
-	if raceEnabled || testing.Short() {
-		perSender = 3000
+	perSender := perSenderMessages
+	if testing.Short() {
+		perSender = min(perSender, 3000)
 	}
 	cases := []struct {
 		name    string

@@ -64,10 +64,7 @@ func payloadOK(p []byte, i uint64) bool {
 // what spilled on in later rounds; the consumer polls in batches. Every
 // record arrives once, in order, intact.
 func TestDeliveryRing(t *testing.T) {
-	total := uint64(30000)
-	if raceEnabled {
-		total = 5000
-	}
+	total := uint64(deliveryRingRecords)
 	cfg := settings{}
 	cfg.DeliverBatch, cfg.Window, cfg.InlineSize, cfg.MaxMessage = 64, 1<<16, 1024, 1<<20
 	d := newDelivery(&cfg)

@@ -253,9 +253,9 @@ func TestExactDeliveryJoined(t *testing.T) {
 // testExactDeliveryJoined is TestExactDeliveryJoined; with keys the
 // members run with them, encrypted (TestKeyedExactDeliveryJoined).
 func testExactDeliveryJoined(t *testing.T, thr Threading, keys []Key) {
-	perSender := 10000
-	if raceEnabled || testing.Short() {
-		perSender = 2000
+	perSender := joinedMessages
+	if testing.Short() {
+		perSender = min(perSender, 2000)
 	}
 	base := nakcastGoroutines()
 	recs := []*recorder{newRecorder(-1), newRecorder(-1), newRecorder(-1)}

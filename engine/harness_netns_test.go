@@ -23,6 +23,7 @@ import (
 
 	"github.com/nakcast/nakcast/bench"
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/engine"
 	"github.com/stretchr/testify/require"
 )
 
@@ -141,10 +142,7 @@ func (r *netnsRun) configs(senders, n int, pace time.Duration, mod func(i int, c
 }
 
 func (r *netnsRun) config(i int) netnsMemberConfig {
-	suspect := 2 * time.Second
-	if netnsRace {
-		suspect = 3 * time.Second
-	}
+	suspect := engine.NetnsSuspect
 	return netnsMemberConfig{
 		Index:             i,
 		ID:                r.ids[i],

@@ -65,10 +65,7 @@ func (d *driver) halt() {
 // member delivers every message exactly once, in order. Close drains on
 // its own goroutine and leaves nothing running.
 func TestInvokedOneGoroutine(t *testing.T) {
-	perSender := 20000
-	if raceEnabled {
-		perSender = 3000
-	}
+	perSender := perSenderMessages
 	base := nakcastGoroutines()
 	const members = 3
 	g := testGroup()
@@ -109,10 +106,7 @@ func TestInvokedOneGoroutine(t *testing.T) {
 // on them. The receiver is driven by its own goroutine (Receive), the
 // sender (push mode) by its Send calls and a DoWork loop.
 func TestInvokedBlockingCallsDrive(t *testing.T) {
-	n := 5000
-	if raceEnabled {
-		n = 1000
-	}
+	n := blockingMessages
 	own := &counter{}
 	ms := openGroup(t, 2, func(i int, c *Config) {
 		c.Agent.Threading = ThreadingInvoked
@@ -278,10 +272,7 @@ func TestDoWorkOnlyInvoked(t *testing.T) {
 // large for a bundle (fragmented) leaves; order and exactness hold across
 // both paths, with 2% loss at the receiver.
 func TestInvokedSendBatchDirect(t *testing.T) {
-	n := 20000
-	if raceEnabled {
-		n = 3000
-	}
+	n := perSenderMessages
 	rec := newRecorder(n) // the receiver's Handler
 	own := newRecorder(n) // the sender polls its own messages
 	faults := make([]*faultCounter, 2)

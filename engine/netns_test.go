@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nakcast/nakcast/engine"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,18 +22,10 @@ import (
 // netnsCount is the number of messages per sender: modest, since up to
 // five (race-instrumented, under -race) processes share two cores.
 func netnsCount() int {
-	if netnsRace || testing.Short() {
-		return 1000
+	if testing.Short() {
+		return min(engine.NetnsMessages, 1000)
 	}
-	return 2000
-}
-
-// netnsTimeout bounds one test's run once the namespaces exist.
-func netnsTimeout() time.Duration {
-	if netnsRace {
-		return 60 * time.Second
-	}
-	return 40 * time.Second
+	return engine.NetnsMessages
 }
 
 // netnsRate is a sender's payload rate that spreads n messages over about
@@ -48,7 +41,7 @@ func TestNetnsExactDelivery(t *testing.T) {
 	const members, senders = 4, 3
 	n := netnsCount()
 	r := newNetnsRun(t, members)
-	ctx, cancel := context.WithTimeout(context.Background(), netnsTimeout())
+	ctx, cancel := context.WithTimeout(context.Background(), engine.NetnsTimeout)
 	defer cancel()
 	ps := r.startJoined(ctx, r.configs(senders, n, 0, nil)...)
 	res := r.deliverExactly(ctx, ps, senders, n)
@@ -64,7 +57,7 @@ func TestNetnsReceiverKilled(t *testing.T) {
 	const members, senders, victim = 4, 2, 3
 	n := netnsCount()
 	r := newNetnsRun(t, members)
-	ctx, cancel := context.WithTimeout(context.Background(), netnsTimeout())
+	ctx, cancel := context.WithTimeout(context.Background(), engine.NetnsTimeout)
 	defer cancel()
 	cfgs := r.configs(senders, n, 2*time.Second, func(_ int, c *netnsMemberConfig) { c.Window = 256 })
 	ps := r.startJoined(ctx, cfgs...)
@@ -112,7 +105,7 @@ func TestNetnsSenderKilled(t *testing.T) {
 	const members, victim = 4, 2
 	n := netnsCount()
 	r := newNetnsRun(t, members)
-	ctx, cancel := context.WithTimeout(context.Background(), netnsTimeout())
+	ctx, cancel := context.WithTimeout(context.Background(), engine.NetnsTimeout)
 	defer cancel()
 	cfgs := r.configs(1, n, 2*time.Second, func(i int, c *netnsMemberConfig) {
 		if i == victim {
@@ -181,7 +174,7 @@ func TestNetnsLateJoinerState(t *testing.T) {
 	const members, senders, joiner = 4, 2, 3
 	n := netnsCount()
 	r := newNetnsRun(t, members)
-	ctx, cancel := context.WithTimeout(context.Background(), netnsTimeout())
+	ctx, cancel := context.WithTimeout(context.Background(), engine.NetnsTimeout)
 	defer cancel()
 	cfgs := r.configs(senders, n, 3*time.Second, func(i int, c *netnsMemberConfig) { c.FetchState = i == joiner })
 	ps := r.startJoined(ctx, cfgs[:joiner]...)

@@ -20,10 +20,7 @@ import (
 // happens all the time, and checks that it never deadlocks and that every
 // member delivers every message exactly once, in order.
 func TestTrySendPollOneGoroutine(t *testing.T) {
-	perSender := 20000
-	if raceEnabled {
-		perSender = 4000
-	}
+	perSender := pollMessages
 	const members = 3
 	ms := openGroup(t, members, func(i int, c *Config) {
 		c.Tuning.RingCapacity = 64

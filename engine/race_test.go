@@ -2,4 +2,23 @@
 
 package engine
 
-const raceEnabled = true
+import "time"
+
+// Test sizes that depend on the race detector, in one place: norace_test.go
+// holds them for a plain run, race_test.go the same names under -race, which
+// slows the code about tenfold.
+const (
+	raceEnabled = true
+
+	perSenderMessages   = 3000 // exact-delivery tests, per sender
+	blockingMessages    = 1000 // TestInvokedBlockingCallsDrive
+	joinedMessages      = 2000 // testExactDeliveryJoined, per sender
+	pollMessages        = 4000 // TestTrySendPollOneGoroutine, per sender
+	deliveryRingRecords = 5000 // TestDeliveryRing
+
+	// The namespace tests (package engine_test) read these; every member
+	// process is race-instrumented too under -race.
+	NetnsMessages = 1000             // per sender (also with -short)
+	NetnsTimeout  = 60 * time.Second // one test's run once the namespaces exist
+	NetnsSuspect  = 3 * time.Second  // the members' SuspectTimeout
+)

@@ -117,10 +117,7 @@ func TestTrySendBatchFullRing(t *testing.T) {
 // mixes TrySend, SendBatch and TryClaim/Commit/Abort, with 5% loss at the
 // receiver: both members deliver every message exactly once, in order.
 func TestExclusiveSender(t *testing.T) {
-	n := 20000
-	if raceEnabled {
-		n = 3000
-	}
+	n := perSenderMessages
 	rec := newRecorder(n)
 	own := newRecorder(n)
 	faults := make([]*faultCounter, 2)

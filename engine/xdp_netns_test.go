@@ -144,7 +144,7 @@ func runXDPGroup(t *testing.T, members int, xdp func(i int) bool) {
 	senders := min(3, members)
 	n := netnsCount()
 	r := xdpNetnsRun(t, members)
-	ctx, cancel := context.WithTimeout(context.Background(), netnsTimeout())
+	ctx, cancel := context.WithTimeout(context.Background(), engine.NetnsTimeout)
 	defer cancel()
 	dropped := r.dropNearSenders(ctx, 0.05)
 	ps := r.startJoined(ctx, r.xdpConfigs(senders, n, xdp)...)
@@ -175,7 +175,7 @@ func TestXDPNetnsMemberKilled(t *testing.T) {
 	const members, senders, victim = 4, 2, 3
 	n := netnsCount()
 	r := xdpNetnsRun(t, members)
-	ctx, cancel := context.WithTimeout(context.Background(), netnsTimeout())
+	ctx, cancel := context.WithTimeout(context.Background(), engine.NetnsTimeout)
 	defer cancel()
 	dropped := r.dropNearSenders(ctx, 0.05)
 	cfgs := r.configs(senders, n, 2*time.Second, func(_ int, c *netnsMemberConfig) {

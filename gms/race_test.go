@@ -2,5 +2,6 @@
 
 package gms
 
-// raceEnabled reduces seed counts under the race detector.
+// raceEnabled is true under -race, which slows the simulation about
+// tenfold; seeds(full, race) then gives each randomised test its race count.
 const raceEnabled = true

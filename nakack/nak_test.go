@@ -171,10 +171,7 @@ func TestStaleRequest(t *testing.T) {
 // reordering by seed; every member delivers every message exactly once in
 // order and nobody reports loss or sends MSG_NOT_FOUND.
 func TestLossyRuns(t *testing.T) {
-	seeds := 40
-	if raceEnabled {
-		seeds = 8
-	}
+	seeds := lossySeeds
 	for seed := range seeds {
 		rng := rand.New(rand.NewPCG(uint64(seed), 99))
 		loss := float64(seed%5) * 0.05

@@ -2,4 +2,12 @@
 
 package nakack
 
-const raceEnabled = true
+// Test sizes that depend on the race detector, in one place: norace_test.go
+// holds them for a plain run, race_test.go the same names under -race, which
+// slows the code about tenfold; fragSeeds(full, short) takes
+// its short count under -race.
+const (
+	raceEnabled = true
+
+	lossySeeds = 8 // TestLossyRuns
+)

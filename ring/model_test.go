@@ -179,10 +179,7 @@ func (m *model) skip(to uint64, rel *[]uint64) int {
 // points through random operation sequences and compares every result and
 // the state after every step with the reference model.
 func TestWindowAgainstModel(t *testing.T) {
-	steps := 20000
-	if raceEnabled {
-		steps = 4000
-	}
+	steps := modelSteps
 	for _, tc := range []struct {
 		capacity int
 		start    uint64

@@ -2,5 +2,10 @@
 
 package ring
 
-// raceEnabled reduces the heavy stress counts under the race detector.
-const raceEnabled = true
+// Test sizes that depend on the race detector, in one place: norace_test.go
+// holds them for a plain run, race_test.go the same names under -race, which
+// slows the code about tenfold.
+const (
+	modelSteps  = 4000    // TestWindowAgainstModel, per case
+	stressCount = 200_000 // seqnos the concurrent stress tests move
+)

@@ -122,7 +122,7 @@ func ptailUnpublished(r *Records, tail uint64, pending int) uint64 {
 // TestRecordsSPSCStress runs a producer and a consumer on two goroutines:
 // every record arrives once, in order, intact.
 func TestRecordsSPSCStress(t *testing.T) {
-	total := stressCount()
+	total := uint64(stressCount)
 	r, err := NewRecords(4096)
 	require.NoError(t, err)
 	size := func(i uint64) int { return int(i*7919) % (r.MaxRecord() / 4) }

@@ -12,16 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// stressCount is how many seqnos the concurrent stress tests move: 10^6,
-// reduced under the race detector, whose cost grows sharply when the two
-// cores are shared with other work.
-func stressCount() uint64 {
-	if raceEnabled {
-		return 200_000
-	}
-	return 1_000_000
-}
-
 // failure records the first error of several goroutines and tells the
 // others to stop.
 type failure struct {
@@ -51,7 +41,7 @@ type stressRun struct {
 // consumer checks that every seqno is delivered or reported lost exactly
 // once, in order, with its own value.
 func TestWindowSPSCStress(t *testing.T) {
-	total := stressCount()
+	total := uint64(stressCount)
 	const (
 		capacity = 1024
 		reorder  = 32 // runs pending at once: at most 256 seqnos out of order
@@ -273,7 +263,7 @@ func TestWindowSPSCStress(t *testing.T) {
 // consumer checks that every seqno arrives exactly once, in order, with its
 // own value.
 func TestPublicationMPSCStress(t *testing.T) {
-	total := stressCount()
+	total := uint64(stressCount)
 	const producers = 4
 	p, err := NewPublication[uint64](256)
 	require.NoError(t, err)
@@ -322,7 +312,7 @@ func TestPublicationMPSCStress(t *testing.T) {
 // chunks), while the consumer polls into buffers of random length that
 // split runs. Every seqno arrives exactly once, in order, with its value.
 func TestPublicationRunStress(t *testing.T) {
-	total := stressCount()
+	total := uint64(stressCount)
 	const producers = 4
 	p, err := NewPublication[uint64](128)
 	require.NoError(t, err)
@@ -381,7 +371,7 @@ func TestPublicationRunStress(t *testing.T) {
 // time, ordered), while the consumer polls into buffers of random length.
 // Every seqno arrives exactly once, in order, with its value.
 func TestPublicationExclusiveStress(t *testing.T) {
-	total := stressCount()
+	total := uint64(stressCount)
 	p, err := NewPublication[uint64](64)
 	require.NoError(t, err)
 	var f failure

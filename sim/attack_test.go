@@ -110,10 +110,7 @@ func (a *attacker) Tick(now time.Duration) {
 // member acts on a MSG_NOT_FOUND, and each sender's repairs stay within the
 // credit bound.
 func TestForgedMsgNotFoundNeverSkips(t *testing.T) {
-	seeds := 10
-	if raceEnabled {
-		seeds = 3
-	}
+	seeds := attackSeeds
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
 		g, err := NewGroup(GroupConfig{Seed: seed, Members: 4,
 			Net: NetConfig{Loss: 0.1, Jitter: 200 * time.Microsecond, Reorder: 0.05}})

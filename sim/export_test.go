@@ -11,9 +11,7 @@ func WholeGroupSeeds() int {
 	switch {
 	case *flagSeeds > 0:
 		return *flagSeeds
-	case raceEnabled:
-		return 30
 	default:
-		return 300
+		return wholeGroupSeeds
 	}
 }

@@ -52,20 +52,15 @@ func seedCount() int {
 	switch {
 	case *flagSeeds > 0:
 		return *flagSeeds
-	case raceEnabled:
-		return 50
 	default:
-		return 500
+		return randomSeeds
 	}
 }
 
 // scaleSizes returns the group sizes (receivers) of the scale simulation.
 func scaleSizes() ([]int, error) {
 	if *flagScale == "" {
-		if raceEnabled {
-			return []int{50}, nil
-		}
-		return []int{200}, nil
+		return []int{scaleReceivers}, nil
 	}
 	var ns []int
 	for _, f := range strings.Split(*flagScale, ",") {

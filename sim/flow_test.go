@@ -14,12 +14,7 @@ import (
 // closing member waits for (Drained) and lag detection (LagInterval).
 
 // flowSeeds is how many seeds each test below runs.
-func flowSeeds() uint64 {
-	if raceEnabled {
-		return 2
-	}
-	return 6
-}
+func flowSeeds() uint64 { return flowSeedCount }
 
 // lossyNet is a network with latency, jitter, reordering and loss: flow
 // control, drains and lag have to hold under repairs.

@@ -133,10 +133,7 @@ func TestPoolBudget(t *testing.T) {
 // TestPoolConcurrent: goroutines get, share (Retain) and release buffers;
 // every byte comes back and no buffer is handed to two owners at once.
 func TestPoolConcurrent(t *testing.T) {
-	n := 20000
-	if raceEnabled {
-		n = 3000
-	}
+	n := poolOps
 	p := NewPool(9000, 64*1024)
 	const workers = 4
 	shared := make(chan *Buffer, 64)

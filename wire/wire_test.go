@@ -50,10 +50,7 @@ func TestRoundTripSamples(t *testing.T) {
 // TestRoundTripProperty: decode(encode(x)) == x for random valid x of every
 // type, and the encoding is canonical: re-encoding gives the same bytes.
 func TestRoundTripProperty(t *testing.T) {
-	n := 300
-	if raceEnabled {
-		n = 50
-	}
+	n := roundTrips
 	r := rand.New(rand.NewPCG(1, 2))
 	buf := make([]byte, MaxUDPPayload)
 	buf2 := make([]byte, MaxUDPPayload)

@@ -2,4 +2,11 @@
 
 package transport_test
 
-const raceEnabled = true
+// Test sizes that depend on the race detector, in one place: norace_test.go
+// holds them for a plain run, race_test.go the same names under -race, which
+// slows the code about tenfold.
+const (
+	raceEnabled = true
+
+	wakeRounds = 100 // TestBlockingReadWakesOnBothSockets
+)

@@ -341,10 +341,7 @@ func TestCloseUnblocksReadBatch(t *testing.T) {
 func TestBlockingReadWakesOnBothSockets(t *testing.T) {
 	a := member(t, group(13), nil)
 	b := member(t, group(13), a)
-	rounds := 500
-	if raceEnabled {
-		rounds = 100
-	}
+	rounds := wakeRounds
 	errc := make(chan error, 1)
 	go func() {
 		bb := newBatch(4, 64)

@@ -1,0 +1,11 @@
+//go:build race
+
+package wire
+
+// Test sizes that depend on the race detector, in one place: norace_test.go
+// holds them for a plain run, race_test.go the same names under -race, which
+// slows the code about tenfold.
+const (
+	poolOps    = 3000 // TestPoolConcurrent
+	roundTrips = 50   // TestRoundTripProperty, per type
+)
