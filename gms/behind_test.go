@@ -86,14 +86,14 @@ func TestMemberLeftBehindGetsView(t *testing.T) {
 			require.Equal(t, uint64(1), a.g.Stats().ViewChangeAborts, "M never acknowledged")
 			require.Equal(t, old, m.g.View().ID, "M is left in its old view")
 			require.True(t, a.g.View().Contains(mm))
-			low := a.p.wins[a.self()].low
+			low := a.fp.wins[a.self()].low
 			h.runUntil(func() bool { return m.g.View().ID == a.g.View().ID }, vcDone+10*time.Second, "M installed the view")
 			hb := a.g.cfg.HeartbeatInterval
 			require.LessOrEqual(t, h.s.Now()-vcDone, time.Duration(k+1)*hb+5*hb,
 				"view change given up at %v, M caught up at %v (%d resends dropped)", vcDone, h.s.Now(), k)
 			require.NotZero(t, a.g.Stats().ViewsResent) // datagrams dropped, duplicates included
 			h.runUntil(func() bool { return settled(final...) }, h.s.Now()+10*time.Second, "one view")
-			h.runUntil(func() bool { return a.p.wins[a.self()].low > low }, h.s.Now()+5*time.Second, "purging resumed")
+			h.runUntil(func() bool { return a.fp.wins[a.self()].low > low }, h.s.Now()+5*time.Second, "purging resumed")
 			for _, n := range final {
 				require.Empty(t, n.left, "node %d", n.id)
 				require.Zero(t, n.g.Stats().BehindExcluded, "node %d", n.id)

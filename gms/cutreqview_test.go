@@ -76,13 +76,13 @@ func TestCutReqBeforeViewIgnored(t *testing.T) {
 // A never delivers (before the fix, seed 3: A delivered 855 of C's
 // messages, B 980).
 func TestCutReqBeforeViewRealNak(t *testing.T) {
-	h := newRHarness(t, 3, sim.NetConfig{Jitter: 100 * time.Microsecond})
+	h := newNakHarness(t, 3, sim.NetConfig{Jitter: 100 * time.Microsecond})
 	h.tweak = func(c *Config) { c.ViewChangeTimeout = 175 * time.Millisecond }
 	a, b, c := h.add(1), h.add(2), h.add(3)
-	all := []*realNode{a, b, c}
+	all := []*node{a, b, c}
 	h.join(0, a)
 	h.join(60*time.Millisecond, b, c)
-	h.runUntil(func() bool { return rConverged(all...) && rQuiet(all...) }, 5*time.Second, "joined")
+	h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
 	cm := c.self()
 	start := h.s.Now()
 	h.traffic(c, start, start+3*time.Second, time.Millisecond)
@@ -115,12 +115,12 @@ func TestCutReqBeforeViewRealNak(t *testing.T) {
 			})
 		}
 	})
-	surv := []*realNode{a, b}
+	surv := []*node{a, b}
 	h.runUntil(func() bool {
 		_, openA := a.p().WindowState(cm)
 		_, openB := b.p().WindowState(cm)
 		return h.s.Now() > cutAt && !a.g.View().Contains(cm) && !b.g.View().Contains(cm) && !openA && !openB &&
-			rQuiet(surv...)
+			quiet(surv...)
 	}, cutAt+20*time.Second, "C excluded and cut")
 	require.True(t, delayed)
 	require.NotZero(t, viewAt)

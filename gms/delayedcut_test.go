@@ -38,7 +38,7 @@ const (
 func TestDelayedDatagramOfCrashedSender(t *testing.T) {
 	lostSeen, atReport, refused := 0, 0, uint64(0)
 	for seed := range uint64(seeds(60, 8)) {
-		h := newRHarness(t, seed, sim.NetConfig{Jitter: 300 * time.Microsecond})
+		h := newNakHarness(t, seed, sim.NetConfig{Jitter: 300 * time.Microsecond})
 		all := h.joinFour()
 		r := rand.New(rand.NewPCG(seed, 11))
 		victim := all[1+r.IntN(3)]
@@ -68,7 +68,7 @@ func TestDelayedDatagramOfCrashedSender(t *testing.T) {
 			when[n.id] = r.IntN(releaseKinds)
 		}
 		released := map[uint64]bool{}
-		release := func(n *realNode, at time.Duration) {
+		release := func(n *node, at time.Duration) {
 			if released[n.id] || len(held) == 0 {
 				return
 			}
@@ -109,7 +109,7 @@ func TestDelayedDatagramOfCrashedSender(t *testing.T) {
 				}
 			}
 		})
-		h.runUntil(func() bool { return h.s.Now() > crashAt && rConverged(surv...) && rQuiet(surv...) },
+		h.runUntil(func() bool { return h.s.Now() > crashAt && converged(surv...) && quiet(surv...) },
 			crashAt+20*time.Second, "cut closed")
 		require.NotEmpty(t, held, "seed %d: nothing held", seed)
 		var last *senderFold
@@ -143,7 +143,7 @@ func TestDelayedDatagramOfCrashedSender(t *testing.T) {
 }
 
 // lostOf lists what each node reported lost of sender, for failure messages.
-func lostOf(ns []*realNode, sender digest.Member) map[uint64][]Range {
+func lostOf(ns []*node, sender digest.Member) map[uint64][]Range {
 	out := map[uint64][]Range{}
 	for _, n := range ns {
 		out[n.id] = n.app.lost[sender]
@@ -186,7 +186,7 @@ func dataSeqs(b []byte) (origin digest.Member, first, last uint64, ok bool) {
 func TestCutRefixedWhenItsHolderGoes(t *testing.T) {
 	for seed := range uint64(seeds(20, 4)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			h := newRHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
+			h := newNakHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
 			all := h.joinFour()
 			vs := byView(all[0].g.View(), all)
 			a, b, c, d := vs[0], vs[1], vs[2], vs[3]
@@ -212,8 +212,8 @@ func TestCutRefixedWhenItsHolderGoes(t *testing.T) {
 					h.s.Schedule(ev.At, func(time.Duration) { h.s.Crash(b.Member()) })
 				}
 			})
-			h.runUntil(func() bool { return crashed && rConverged(a, c) && rQuiet(a, c) }, h.s.Now()+10*time.Second, "cuts closed")
-			for _, n := range []*realNode{a, c} {
+			h.runUntil(func() bool { return crashed && converged(a, c) && quiet(a, c) }, h.s.Now()+10*time.Second, "cuts closed")
+			for _, n := range []*node{a, c} {
 				_, open := n.p().WindowState(dm)
 				require.False(t, open, "node %d", n.id)
 				require.Equal(t, []Range{{From: x, To: x}}, n.app.lost[dm], "node %d: x reported lost", n.id)

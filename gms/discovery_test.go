@@ -159,16 +159,16 @@ func TestSlowDiscoveryAnswerJoins(t *testing.T) {
 func TestConcurrentStartersRealNakack(t *testing.T) {
 	for seed := range uint64(seeds(20, 5)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			h := newRHarness(t, seed, sim.NetConfig{Latency: 200 * time.Microsecond, Jitter: time.Millisecond})
+			h := newNakHarness(t, seed, sim.NetConfig{Latency: 200 * time.Microsecond, Jitter: time.Millisecond})
 			h.tweak = func(c *Config) { c.CreateGroup = true }
-			ns := []*realNode{h.add(3), h.add(1), h.add(2)}
+			ns := []*node{h.add(3), h.add(1), h.add(2)}
 			h.join(0, ns...)
 			for _, n := range ns {
 				h.traffic(n, 0, 400*time.Millisecond, 2*time.Millisecond)
 			}
-			h.runUntil(func() bool { return rConverged(ns...) && rQuiet(ns...) }, 5*time.Second, "one view")
+			h.runUntil(func() bool { return converged(ns...) && quiet(ns...) }, 5*time.Second, "one view")
 			h.run(max(h.s.Now(), 450*time.Millisecond))
-			h.runUntil(func() bool { return rAllDelivered(ns...) }, h.s.Now()+5*time.Second, "delivered")
+			h.runUntil(func() bool { return allDelivered(ns...) }, h.s.Now()+5*time.Second, "delivered")
 			for _, n := range ns {
 				require.Zero(t, n.g.Stats().Merges, "seed %d node %d", seed, n.id)
 				require.Len(t, n.nks, 1, "seed %d node %d: one incarnation", seed, n.id)

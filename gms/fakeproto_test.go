@@ -475,7 +475,6 @@ func (p *fakeProto) OverwriteDigest(d digest.Digest, now time.Duration) error {
 		w.low = min(w.low, w.hd)
 		w.hr = max(w.hr, w.hd)
 	}
-	p.app.resync(p)
 	return nil
 }
 

@@ -44,7 +44,7 @@ func lastSeqOf(t *testing.T, b []byte) (last uint64, midFrag bool) {
 func TestCrashInsideFragmentedMessage(t *testing.T) {
 	straddles := 0
 	for seed := range uint64(seeds(40, 12)) {
-		h := newRHarness(t, seed, sim.NetConfig{Jitter: 300 * time.Microsecond})
+		h := newNakHarness(t, seed, sim.NetConfig{Jitter: 300 * time.Microsecond})
 		all := h.joinFour()
 		r := rand.New(rand.NewPCG(seed, 12))
 		victim := all[1+r.IntN(3)]
@@ -115,9 +115,9 @@ func TestCrashInsideFragmentedMessage(t *testing.T) {
 				straddles++
 			}
 		})
-		h.runUntil(func() bool { return h.s.Now() > crashAt && rConverged(surv...) && rQuiet(surv...) },
+		h.runUntil(func() bool { return h.s.Now() > crashAt && converged(surv...) && quiet(surv...) },
 			crashAt+20*time.Second, "cut closed")
-		var first *realNode
+		var first *node
 		for _, n := range surv {
 			_, open := n.p().WindowState(vm)
 			require.False(t, open, "seed %d: window still open at %d", seed, n.id)

@@ -70,7 +70,7 @@ func (h *harness) splitPairs(all []*node) (a, b, c, d *node, heal time.Duration)
 // requireComplaintsOnlyAbout checks that every complaint n's fakeApp
 // made is about sender m (fakeApp's fold takes a fragmented message for
 // one seqno, so it complains about the fragments of m's messages).
-func requireComplaintsOnlyAbout(t *testing.T, seed uint64, n *realNode, m digest.Member) {
+func requireComplaintsOnlyAbout(t *testing.T, seed uint64, n *node, m digest.Member) {
 	t.Helper()
 	for _, e := range n.app.errs {
 		require.True(t, strings.HasPrefix(e, fmt.Sprintf("sender %v:", m)), "seed %d: node %d: %s", seed, n.id, e)

@@ -16,7 +16,7 @@ import (
 // joinPoint returns where n's window for sender m started: its delivered
 // value in the first view n's nakack installed with a window for m (the
 // join digest's entry).
-func joinPoint(t *testing.T, n *realNode, m digest.Member) uint64 {
+func joinPoint(t *testing.T, n *node, m digest.Member) uint64 {
 	t.Helper()
 	h := n.p().History()
 	require.Equal(t, uint64(h.Len()), h.Total(), "node %d: digest history rolled over", n.id)
@@ -48,12 +48,12 @@ func joinPoint(t *testing.T, n *realNode, m digest.Member) uint64 {
 func TestJoinInsideFragmentedMessageReal(t *testing.T) {
 	before := 0 // join points just before a fragmented message
 	for seed := range uint64(seeds(40, 10)) {
-		h := newRHarness(t, seed, lossyNet(seed, 0.05))
-		founders := []*realNode{h.add(1), h.add(2), h.add(3)}
+		h := newNakHarness(t, seed, lossyNet(seed, 0.05))
+		founders := []*node{h.add(1), h.add(2), h.add(3)}
 		h.join(0, founders[0])
 		h.join(60*time.Millisecond, founders[1:]...)
-		h.runUntil(func() bool { return rConverged(founders...) && rQuiet(founders...) }, 5*time.Second, "founded")
-		joiners := []*realNode{h.add(4), h.add(5)}
+		h.runUntil(func() bool { return converged(founders...) && quiet(founders...) }, 5*time.Second, "founded")
+		joiners := []*node{h.add(4), h.add(5)}
 		all := append(slices.Clone(founders), joiners...)
 		snd := founders[1]
 		sm := snd.self()
@@ -82,7 +82,7 @@ func TestJoinInsideFragmentedMessageReal(t *testing.T) {
 		h.do(start, snd, step)
 		h.join(start+time.Duration(50+r.IntN(250))*time.Millisecond, joiners...)
 		h.runUntil(func() bool {
-			return h.s.Now() > stop && rConverged(all...) && rQuiet(all...) && rAllDelivered(all...)
+			return h.s.Now() > stop && converged(all...) && quiet(all...) && allDelivered(all...)
 		}, stop+20*time.Second, "joined and delivered")
 
 		firsts := make([]uint64, 0, len(ext))

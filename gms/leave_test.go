@@ -127,7 +127,7 @@ func TestLeaverCutResumedByNewCoordinator(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			net := lossyNet(seed, 0.1)
 			net.SharedLoss = 0.05
-			h := newRHarness(t, seed, net)
+			h := newNakHarness(t, seed, net)
 			all := h.joinFour()
 			vs := byView(all[0].g.View(), all)
 			r := rand.New(rand.NewPCG(seed, 37))
@@ -171,7 +171,7 @@ func TestLeaverCutResumedByNewCoordinator(t *testing.T) {
 				}
 				return nil
 			})
-			h.runUntil(func() bool { return leftAt >= 0 && crashed && rConverged(surv...) && rQuiet(surv...) },
+			h.runUntil(func() bool { return leftAt >= 0 && crashed && converged(surv...) && quiet(surv...) },
 				leaveAt+10*time.Second, "left, cuts closed")
 			require.Equal(t, b.self(), surv[0].g.View().Coord().Member, "B took over")
 			require.Equal(t, []error{nil}, l.left)
@@ -227,7 +227,7 @@ func TestLeaverCutAfterForcedPurge(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, l.g.Leave(now))
 			})
-			h.runUntil(func() bool { return len(l.left) > 0 && rConverged(surv...) && rQuiet(surv...) },
+			h.runUntil(func() bool { return len(l.left) > 0 && converged(surv...) && quiet(surv...) },
 				leaveAt+10*time.Second, "left, cut closed")
 			require.Equal(t, []error{nil}, l.left)
 			require.Zero(t, l.g.Stats().LeaveTimeouts, "seed %d: L timed out waiting for its LeaveRsp", seed)

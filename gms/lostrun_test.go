@@ -55,9 +55,9 @@ func TestLostRunSameRangesReal(t *testing.T) {
 				_, err := s.p().ForcePurge(sm, 150)
 				require.NoError(t, err)
 			})
-			h.runUntil(func() bool { return h.s.Now() > open && rAllDelivered(all...) && rQuiet(all...) },
+			h.runUntil(func() bool { return h.s.Now() > open && allDelivered(all...) && quiet(all...) },
 				open+10*time.Second, "everything delivered or reported lost")
-			for _, n := range []*realNode{a, d} {
+			for _, n := range []*node{a, d} {
 				require.Equal(t, []Range{{From: 51, To: 150}}, n.app.lost[sm], "seed %d node %d: one lost range, the same at A and D", seed, n.id)
 				require.Equal(t, uint64(200-100), n.app.state[sm].count, "seed %d node %d: 1..50 and 151..200 delivered", seed, n.id)
 			}

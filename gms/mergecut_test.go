@@ -32,9 +32,9 @@ func TestMergeBeforeCutClosedReal(t *testing.T) {
 			cm := c.self()
 			k := uint64(10 + rand.New(rand.NewPCG(seed, 53)).IntN(20))
 			last := k + 4
-			byID := map[uint64]*realNode{a.id: a, b.id: b, c.id: c, d.id: d}
-			splitAt := map[*realNode]int{} // views installed when the split began
-			merged := func(n *realNode) bool {
+			byID := map[uint64]*node{a.id: a, b.id: b, c.id: c, d.id: d}
+			splitAt := map[*node]int{} // views installed when the split began
+			merged := func(n *node) bool {
 				i, ok := splitAt[n]
 				if !ok {
 					return false
@@ -75,7 +75,7 @@ func TestMergeBeforeCutClosedReal(t *testing.T) {
 			})
 			h.s.Partition(splitFrom, heal, []digest.Member{a.Member(), b.Member()}, []digest.Member{c.Member(), d.Member()})
 			h.run(heal)
-			for _, n := range []*realNode{a, b} {
+			for _, n := range []*node{a, b} {
 				mc := n.g.mcuts[cm]
 				require.NotNil(t, mc, "seed %d node %d: no cut of C applied by the heal\n%s", seed, n.id, h.dump())
 				require.Equal(t, last, mc.cut, "seed %d node %d", seed, n.id)
@@ -83,9 +83,9 @@ func TestMergeBeforeCutClosedReal(t *testing.T) {
 				_, open := n.p().WindowState(cm)
 				require.True(t, open, "seed %d node %d: C's window closed before the merge", seed, n.id)
 			}
-			h.runUntil(func() bool { return rConverged(all...) && rQuiet(all...) && rAllDelivered(all...) },
+			h.runUntil(func() bool { return converged(all...) && quiet(all...) && allDelivered(all...) },
 				heal+10*time.Second, "merged, everything delivered")
-			for _, n := range []*realNode{a, b, d} {
+			for _, n := range []*node{a, b, d} {
 				require.Empty(t, n.app.lost[cm], "seed %d node %d: C's messages reported lost though C, back, holds them", seed, n.id)
 				st := n.app.state[cm]
 				require.NotNil(t, st, "seed %d node %d", seed, n.id)
@@ -99,8 +99,8 @@ func TestMergeBeforeCutClosedReal(t *testing.T) {
 
 // joinFourBundling is joinFour on a network with 200µs of jitter, the
 // members bundling at most maxBundle messages a datagram.
-func joinFourBundling(t *testing.T, seed uint64, maxBundle int) (*rharness, []*realNode) {
-	h := newRHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
+func joinFourBundling(t *testing.T, seed uint64, maxBundle int) (*harness, []*node) {
+	h := newNakHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
 	h.ntw = func(c *nakack.Config) { c.MaxBundle = maxBundle }
 	return h, h.joinFour()
 }

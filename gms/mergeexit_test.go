@@ -109,9 +109,9 @@ func TestMergeEndsWhenCoordinatorGoes(t *testing.T) {
 						return false
 					}
 					if stays == c {
-						return c.g.hold == nil && len(c.p.captures) == 0
+						return c.g.hold == nil && len(c.fp.captures) == 0
 					}
-					return a.g.merge == nil && len(a.p.captures) == 0
+					return a.g.merge == nil && len(a.fp.captures) == 0
 				}
 				h.runUntil(released, h.s.Now()+3*a.g.cfg.MergeTimeout, "capture released")
 				require.LessOrEqual(t, h.s.Now()-goneAt, 2*hb, "released %v after %v went", h.s.Now()-goneAt, gone.id)

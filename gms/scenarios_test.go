@@ -102,7 +102,7 @@ func (r recordingProto) InstallView(v View, d digest.Digest, now time.Duration) 
 }
 
 // The scenarios of issue 4 below run on the simulator with the real nakack
-// (realNode, NakackProtocol) under every member.
+// (node, NakackProtocol) under every member.
 
 // TestCoordinatorCrashDuringJoin: the coordinator crashes while a join is
 // in progress (when the JOIN_REQ reaches it, right after it sent the
@@ -114,14 +114,14 @@ func TestCoordinatorCrashDuringJoin(t *testing.T) {
 	for _, when := range []uint8{typeJoinReqCrash, typeJoinRspCrash, typeViewCrash} {
 		for seed := range uint64(seeds(20, 4)) {
 			t.Run(fmt.Sprintf("%s/seed%d", crashNames[when], seed), func(t *testing.T) {
-				h := newRHarness(t, seed, lossyNet(seed, 0.05))
+				h := newNakHarness(t, seed, lossyNet(seed, 0.05))
 				a, b, c, d := h.add(1), h.add(2), h.add(3), h.add(4)
-				for _, n := range []*realNode{a, b, c, d} {
+				for _, n := range []*node{a, b, c, d} {
 					n.rejoin = true
 				}
 				h.join(0, a)
 				h.join(60*time.Millisecond, b, c)
-				h.runUntil(func() bool { return rConverged(a, b, c) && rQuiet(a, b, c) }, 5*time.Second, "v={A,B,C}")
+				h.runUntil(func() bool { return converged(a, b, c) && quiet(a, b, c) }, 5*time.Second, "v={A,B,C}")
 				orig := a.g.View()
 				crashed := false
 				h.s.AddTap(func(ev sim.TapEvent) {
@@ -141,16 +141,16 @@ func TestCoordinatorCrashDuringJoin(t *testing.T) {
 					}
 				})
 				stop := h.s.Now() + 500*time.Millisecond
-				for _, n := range []*realNode{b, c} {
+				for _, n := range []*node{b, c} {
 					h.traffic(n, h.s.Now(), stop, 3*time.Millisecond)
 				}
 				h.join(h.s.Now()+10*time.Millisecond, d)
-				h.runUntil(func() bool { return crashed && rConverged(b, c, d) && rQuiet(b, c, d) }, h.s.Now()+20*time.Second, "survivors' view")
+				h.runUntil(func() bool { return crashed && converged(b, c, d) && quiet(b, c, d) }, h.s.Now()+20*time.Second, "survivors' view")
 				require.Equal(t, orig.Members[1].Member, b.g.View().Coord().Member, "the next member took over")
 				h.run(max(h.s.Now(), stop))
 				h.s.SetNet(sim.NetConfig{})
-				h.runUntil(func() bool { return rAllDelivered(b, c, d) }, h.s.Now()+10*time.Second, "all delivered")
-				for _, n := range []*realNode{b, c, d} {
+				h.runUntil(func() bool { return allDelivered(b, c, d) }, h.s.Now()+10*time.Second, "all delivered")
+				for _, n := range []*node{b, c, d} {
 					_, ok := n.p().WindowState(a.self())
 					require.False(t, ok, "crashed coordinator's window closed at %d", n.id)
 					require.Empty(t, n.app.lost, "node %d", n.id)
@@ -182,7 +182,7 @@ func TestSenderCrashSamePrefix(t *testing.T) {
 	// joined (gms onJoinReq).
 	for _, seed := range seedList(t, 200, 16, 928) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			h := newRHarness(t, seed, lossyNet(seed, 0.2))
+			h := newNakHarness(t, seed, lossyNet(seed, 0.2))
 			// The founder founds after one discovery round, as when these
 			// seeds were chosen: with three rounds (the default) the first 200
 			// seeds no longer make a cut with lost ranges (6 of 800 do).
@@ -199,7 +199,7 @@ func TestSenderCrashSamePrefix(t *testing.T) {
 			vm := victim.self()
 			h.s.Schedule(crashAt, func(time.Duration) { h.s.Crash(victim.Member()) })
 			surv := others(all, victim)
-			h.runUntil(func() bool { return h.s.Now() > crashAt && rConverged(surv...) && rQuiet(surv...) }, crashAt+20*time.Second, "cut closed")
+			h.runUntil(func() bool { return h.s.Now() > crashAt && converged(surv...) && quiet(surv...) }, crashAt+20*time.Second, "cut closed")
 			var last *senderFold
 			for _, n := range surv {
 				_, open := n.p().WindowState(vm)
@@ -216,7 +216,7 @@ func TestSenderCrashSamePrefix(t *testing.T) {
 			}
 			h.run(max(h.s.Now(), stop))
 			h.s.SetNet(sim.NetConfig{})
-			h.runUntil(func() bool { return rAllDelivered(surv...) }, h.s.Now()+10*time.Second, "drained")
+			h.runUntil(func() bool { return allDelivered(surv...) }, h.s.Now()+10*time.Second, "drained")
 			for _, n := range surv {
 				for _, s := range surv {
 					require.Empty(t, n.app.lost[s.self()], "seed %d: a survivor's message reported lost", seed)
@@ -241,9 +241,9 @@ func TestSenderCrashSamePrefix(t *testing.T) {
 func TestPartitionMerge(t *testing.T) {
 	lostSeen := 0
 	for seed := range uint64(seeds(100, 8)) {
-		h := newRHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
+		h := newNakHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
 		a, b, c, d := h.add(1), h.add(2), h.add(3), h.add(4)
-		all := []*realNode{a, b, c, d}
+		all := []*node{a, b, c, d}
 		var merges []digest.Digest
 		h.s.AddTap(func(ev sim.TapEvent) {
 			if ev.Kind != sim.TapSend || len(ev.Data) < 3 || !IsMembership(wire.Type(ev.Data[2])) {
@@ -255,7 +255,7 @@ func TestPartitionMerge(t *testing.T) {
 		})
 		h.join(0, a)
 		h.join(60*time.Millisecond, b, c, d)
-		h.runUntil(func() bool { return rConverged(all...) && rQuiet(all...) }, 5*time.Second, "joined")
+		h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
 		start := h.s.Now()
 		stop := start + 3*time.Second
 		for _, n := range all {
@@ -264,14 +264,14 @@ func TestPartitionMerge(t *testing.T) {
 		heal := start + 1500*time.Millisecond
 		h.s.Partition(start+300*time.Millisecond, heal,
 			[]digest.Member{a.Member(), b.Member()}, []digest.Member{c.Member(), d.Member()})
-		ok, err := h.s.RunWhile(func() bool { return !(rConverged(a, b) && rConverged(c, d) && rQuiet(a, b) && rQuiet(c, d)) },
+		ok, err := h.s.RunWhile(func() bool { return !(converged(a, b) && converged(c, d) && quiet(a, b) && quiet(c, d)) },
 			10*time.Millisecond, heal)
 		require.NoError(t, err)
 		require.True(t, ok, "seed %d: two views with closed cuts: %s", seed, h.dump())
-		h.runUntil(func() bool { return h.s.Now() > heal && rConverged(all...) && rQuiet(all...) },
+		h.runUntil(func() bool { return h.s.Now() > heal && converged(all...) && quiet(all...) },
 			start+20*time.Second, "merged view")
 		h.run(max(h.s.Now(), stop))
-		h.runUntil(func() bool { return rAllDelivered(all...) }, h.s.Now()+10*time.Second, "all delivered")
+		h.runUntil(func() bool { return allDelivered(all...) }, h.s.Now()+10*time.Second, "all delivered")
 		require.NotZero(t, a.g.Stats().Merges+c.g.Stats().Merges, "seed %d", seed)
 		require.NotEmpty(t, merges)
 		side := func(m digest.Member) int {
@@ -313,27 +313,27 @@ func TestPartitionMerge(t *testing.T) {
 // traffic stops every member's application state is the same.
 func TestStateTransferUnderLoss(t *testing.T) {
 	for seed := range uint64(seeds(200, 12)) {
-		h := newRHarness(t, seed, lossyNet(seed, 0.15))
+		h := newNakHarness(t, seed, lossyNet(seed, 0.15))
 		h.tweak = func(c *Config) { c.StateChunk = 64; c.StateWindow = 3 }
 		a, b, c, d := h.add(1), h.add(2), h.add(3), h.add(4)
-		all := []*realNode{a, b, c, d}
+		all := []*node{a, b, c, d}
 		r := rand.New(rand.NewPCG(seed, 11))
 		h.join(0, a)
 		h.join(60*time.Millisecond, b, c)
 		stop := 1500 * time.Millisecond
-		for _, n := range []*realNode{a, b, c} {
+		for _, n := range []*node{a, b, c} {
 			h.traffic(n, 200*time.Millisecond, stop, time.Duration(1+r.IntN(3))*time.Millisecond)
 		}
 		h.traffic(d, 200*time.Millisecond, stop, 5*time.Millisecond)
 		h.join(400*time.Millisecond+time.Duration(r.IntN(300))*time.Millisecond, d)
-		h.runUntil(func() bool { return rConverged(all...) }, 10*time.Second, "joined")
+		h.runUntil(func() bool { return converged(all...) }, 10*time.Second, "joined")
 		h.do(h.s.Now(), d, func(now time.Duration) { require.NoError(t, d.g.RequestState(now)) })
 		h.runUntil(func() bool { return len(d.states) > 0 }, h.s.Now()+20*time.Second, "state installed")
 		require.NoError(t, d.states[0], "seed %d", seed)
 		h.run(max(h.s.Now(), stop+100*time.Millisecond))
 		h.s.SetNet(sim.NetConfig{})
-		h.runUntil(func() bool { return rAllDelivered(all...) && rQuiet(all...) }, h.s.Now()+20*time.Second, "delivered")
-		var prov *realNode
+		h.runUntil(func() bool { return allDelivered(all...) && quiet(all...) }, h.s.Now()+20*time.Second, "delivered")
+		var prov *node
 		for _, n := range all {
 			if n.self() == d.g.done.provider.Member {
 				prov = n
@@ -364,7 +364,7 @@ func TestRejoinNewIncarnation(t *testing.T) {
 	// MSG_NOT_FOUND (nakack 3099734).
 	for _, seed := range seedList(t, 20, 4, 71) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			h := newRHarness(t, seed, lossyNet(seed, 0.05))
+			h := newNakHarness(t, seed, lossyNet(seed, 0.05))
 			a, b, c := h.add(1), h.add(2), h.add(3)
 			var rsps []sentJoinRsp
 			h.s.AddTap(func(ev sim.TapEvent) {
@@ -377,10 +377,10 @@ func TestRejoinNewIncarnation(t *testing.T) {
 			})
 			h.join(0, a)
 			h.join(60*time.Millisecond, b, c)
-			h.runUntil(func() bool { return rConverged(a, b, c) && rQuiet(a, b, c) }, 5*time.Second, "joined")
+			h.runUntil(func() bool { return converged(a, b, c) && quiet(a, b, c) }, 5*time.Second, "joined")
 			start := h.s.Now()
 			stop := start + 1500*time.Millisecond
-			for _, n := range []*realNode{a, b, c} {
+			for _, n := range []*node{a, b, c} {
 				h.traffic(n, start, stop, 2*time.Millisecond)
 			}
 			old := b.self()
@@ -390,22 +390,22 @@ func TestRejoinNewIncarnation(t *testing.T) {
 				oldApp, oldSeq = b.app, b.sent()
 				require.NoError(t, b.g.Leave(now))
 			})
-			h.runUntil(func() bool { return len(b.left) == 1 && rConverged(a, c) && rQuiet(a, c) }, start+5*time.Second, "left")
+			h.runUntil(func() bool { return len(b.left) == 1 && converged(a, c) && quiet(a, c) }, start+5*time.Second, "left")
 			require.NoError(t, b.left[0])
-			for _, n := range []*realNode{a, c} {
+			for _, n := range []*node{a, c} {
 				_, open := n.p().WindowState(old)
 				require.False(t, open, "old incarnation's window closed")
 				require.Equal(t, oldSeq, n.app.state[old].last, "every message of the leaver delivered")
 				require.Empty(t, n.app.lost[old])
 			}
 			h.join(h.s.Now()+50*time.Millisecond, b)
-			h.runUntil(func() bool { return rConverged(a, b, c) && rQuiet(a, b, c) }, h.s.Now()+5*time.Second, "rejoined")
+			h.runUntil(func() bool { return converged(a, b, c) && quiet(a, b, c) }, h.s.Now()+5*time.Second, "rejoined")
 			nb := b.self()
 			require.Equal(t, old.ID, nb.ID)
 			require.Greater(t, nb.Inc, old.Inc)
 			h.run(stop + 100*time.Millisecond)
 			h.s.SetNet(sim.NetConfig{})
-			h.runUntil(func() bool { return rAllDelivered(a, b, c) }, h.s.Now()+10*time.Second, "delivered")
+			h.runUntil(func() bool { return allDelivered(a, b, c) }, h.s.Now()+10*time.Second, "delivered")
 			var jd digest.Digest
 			for _, r := range rsps {
 				if r.to == nb {
@@ -413,7 +413,7 @@ func TestRejoinNewIncarnation(t *testing.T) {
 				}
 			}
 			require.NotZero(t, jd.Len())
-			for _, s := range []*realNode{a, c} {
+			for _, s := range []*node{a, c} {
 				sm := s.self()
 				e, _ := jd.Lookup(sm)
 				got := b.app.delivered[sm]
@@ -449,14 +449,14 @@ func TestCoordinatorCrashDuringCut(t *testing.T) {
 	for _, when := range []uint8{cutReqCrash, cutFixCrash, cutAckCrash} {
 		for seed := range uint64(seeds(30, 5)) {
 			t.Run(fmt.Sprintf("%s/seed%d", cutCrashNames[when], seed), func(t *testing.T) {
-				h := newRHarness(t, seed, lossyNet(seed, 0.1))
+				h := newNakHarness(t, seed, lossyNet(seed, 0.1))
 				a, b, c, d, e := h.add(1), h.add(2), h.add(3), h.add(4), h.add(5)
-				all := []*realNode{a, b, c, d, e}
+				all := []*node{a, b, c, d, e}
 				h.join(0, a)
 				h.join(60*time.Millisecond, b, c, d, e)
-				h.runUntil(func() bool { return rConverged(all...) && rQuiet(all...) }, 5*time.Second, "joined")
+				h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
 				r := rand.New(rand.NewPCG(seed, 13))
-				victim := []*realNode{c, d, e}[r.IntN(3)]
+				victim := []*node{c, d, e}[r.IntN(3)]
 				vm, am := victim.self(), a.self()
 				crashed := false
 				h.s.AddTap(func(ev sim.TapEvent) {
@@ -481,7 +481,7 @@ func TestCoordinatorCrashDuringCut(t *testing.T) {
 					h.traffic(n, start, stop, 2*time.Millisecond)
 				}
 				h.s.Schedule(start+time.Duration(100+r.IntN(300))*time.Millisecond, func(time.Duration) { h.s.Crash(victim.Member()) })
-				var surv []*realNode
+				var surv []*node
 				for _, n := range all[1:] {
 					if n != victim {
 						surv = append(surv, n)
@@ -494,7 +494,7 @@ func TestCoordinatorCrashDuringCut(t *testing.T) {
 						break
 					}
 				}
-				h.runUntil(func() bool { return crashed && rConverged(surv...) && rQuiet(surv...) }, start+20*time.Second, "cuts closed")
+				h.runUntil(func() bool { return crashed && converged(surv...) && quiet(surv...) }, start+20*time.Second, "cuts closed")
 				require.Equal(t, next, b.g.View().Coord().Member, "the next member took over")
 				for _, n := range surv {
 					if n.self() == next {
@@ -516,7 +516,7 @@ func TestCoordinatorCrashDuringCut(t *testing.T) {
 				}
 				h.run(max(h.s.Now(), stop))
 				h.s.SetNet(sim.NetConfig{})
-				h.runUntil(func() bool { return rAllDelivered(surv...) }, h.s.Now()+10*time.Second, "drained")
+				h.runUntil(func() bool { return allDelivered(surv...) }, h.s.Now()+10*time.Second, "drained")
 				for _, n := range surv {
 					for _, s := range surv {
 						require.Empty(t, n.app.lost[s.self()], "a survivor's message reported lost")
@@ -541,9 +541,9 @@ func TestMergeUnseenMember(t *testing.T) {
 	lostSeen := 0
 	for seed := range uint64(seeds(20, 4)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			h := newRHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
+			h := newNakHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
 			a, b, c, d, e := h.add(1), h.add(2), h.add(3), h.add(4), h.add(5)
-			all := []*realNode{a, b, c, d, e}
+			all := []*node{a, b, c, d, e}
 			var merges []digest.Digest
 			h.s.AddTap(func(ev sim.TapEvent) {
 				if ev.Kind != sim.TapSend || len(ev.Data) < 3 || !IsMembership(wire.Type(ev.Data[2])) {
@@ -555,7 +555,7 @@ func TestMergeUnseenMember(t *testing.T) {
 			})
 			h.join(0, a)
 			h.join(60*time.Millisecond, b, c, d)
-			h.runUntil(func() bool { return rConverged(a, b, c, d) && rQuiet(a, b, c, d) }, 5*time.Second, "joined")
+			h.runUntil(func() bool { return converged(a, b, c, d) && quiet(a, b, c, d) }, 5*time.Second, "joined")
 			start := h.s.Now()
 			stop := start + 3*time.Second
 			for _, n := range all {
@@ -564,17 +564,17 @@ func TestMergeUnseenMember(t *testing.T) {
 			heal := start + 2*time.Second
 			h.s.Partition(start+300*time.Millisecond, heal,
 				[]digest.Member{a.Member(), b.Member()}, []digest.Member{c.Member(), d.Member(), e.Member()})
-			ok, err := h.s.RunWhile(func() bool { return !(rConverged(a, b) && rConverged(c, d) && rQuiet(a, b) && rQuiet(c, d)) },
+			ok, err := h.s.RunWhile(func() bool { return !(converged(a, b) && converged(c, d) && quiet(a, b) && quiet(c, d)) },
 				10*time.Millisecond, heal)
 			require.NoError(t, err)
 			require.True(t, ok, "two views with closed cuts: %s", h.dump())
 			h.join(h.s.Now(), e)
-			ok, err = h.s.RunWhile(func() bool { return !(rConverged(c, d, e) && rQuiet(c, d, e)) }, 10*time.Millisecond, heal)
+			ok, err = h.s.RunWhile(func() bool { return !(converged(c, d, e) && quiet(c, d, e)) }, 10*time.Millisecond, heal)
 			require.NoError(t, err)
 			require.True(t, ok, "E joined {C,D} before the heal: %s", h.dump())
-			h.runUntil(func() bool { return h.s.Now() > heal && rConverged(all...) && rQuiet(all...) }, start+20*time.Second, "merged view")
+			h.runUntil(func() bool { return h.s.Now() > heal && converged(all...) && quiet(all...) }, start+20*time.Second, "merged view")
 			h.run(max(h.s.Now(), stop))
-			h.runUntil(func() bool { return rAllDelivered(all...) }, h.s.Now()+10*time.Second, "all delivered")
+			h.runUntil(func() bool { return allDelivered(all...) }, h.s.Now()+10*time.Second, "all delivered")
 			require.NotEmpty(t, merges)
 			side := func(m digest.Member) int {
 				if m.ID <= 2 {
@@ -600,7 +600,7 @@ func TestMergeUnseenMember(t *testing.T) {
 					}
 				}
 			}
-			for _, n := range []*realNode{a, b} {
+			for _, n := range []*node{a, b} {
 				// E was never seen here: its history starts at 1, delivered or
 				// reported lost, never skipped.
 				first := uint64(0)
@@ -632,13 +632,13 @@ func TestMergeUnseenMember(t *testing.T) {
 func TestStateProviderCrash(t *testing.T) {
 	for seed := range uint64(seeds(30, 5)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			h := newRHarness(t, seed, lossyNet(seed, 0.1))
+			h := newNakHarness(t, seed, lossyNet(seed, 0.1))
 			h.tweak = func(c *Config) { c.StateChunk = 16; c.StateWindow = 2; c.StateTimeout = time.Second }
 			a, b, c, d := h.add(1), h.add(2), h.add(3), h.add(4)
-			all := []*realNode{a, b, c, d}
+			all := []*node{a, b, c, d}
 			h.join(0, a)
 			h.join(60*time.Millisecond, b, c, d)
-			h.runUntil(func() bool { return rConverged(all...) && rQuiet(all...) }, 5*time.Second, "joined")
+			h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
 			start := h.s.Now()
 			stop := start + 1500*time.Millisecond
 			for _, n := range all {
@@ -659,7 +659,7 @@ func TestStateProviderCrash(t *testing.T) {
 				}
 			})
 			h.do(start+200*time.Millisecond, d, func(now time.Duration) { require.NoError(t, d.g.RequestState(now)) })
-			surv := []*realNode{b, c, d}
+			surv := []*node{b, c, d}
 			h.runUntil(func() bool { return len(d.states) > 0 }, start+20*time.Second, "state installed")
 			require.True(t, crashed, "the provider never streamed")
 			require.NoError(t, d.states[0])
@@ -668,8 +668,8 @@ func TestStateProviderCrash(t *testing.T) {
 			require.NotEqual(t, a.self(), d.g.done.provider.Member)
 			h.run(max(h.s.Now(), stop+100*time.Millisecond))
 			h.s.SetNet(sim.NetConfig{})
-			h.runUntil(func() bool { return rConverged(surv...) && rQuiet(surv...) && rAllDelivered(surv...) }, h.s.Now()+20*time.Second, "delivered")
-			var prov *realNode
+			h.runUntil(func() bool { return converged(surv...) && quiet(surv...) && allDelivered(surv...) }, h.s.Now()+20*time.Second, "delivered")
+			var prov *node
 			for _, n := range surv {
 				if n.self() == d.g.done.provider.Member {
 					prov = n

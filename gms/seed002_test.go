@@ -26,8 +26,8 @@ type sentJoinRsp struct {
 // sends 50 messages, delivered everywhere. The test then forces (or not)
 // the purge of C and lets D join.
 type seed002 struct {
-	h          *rharness
-	a, b, c, d *realNode
+	h          *harness
+	a, b, c, d *node
 	cm         digest.Member
 	rsps       []sentJoinRsp // JoinRsps to D
 	dAsks      []wire.Range  // D's retransmission requests for C
@@ -35,7 +35,7 @@ type seed002 struct {
 }
 
 func newSeed002(t *testing.T, seed uint64) *seed002 {
-	h := newRHarness(t, seed, sim.NetConfig{})
+	h := newNakHarness(t, seed, sim.NetConfig{})
 	h.tweak = func(c *Config) { c.MaxJoinAttempts = 0 }
 	x := &seed002{h: h, a: h.add(1), b: h.add(2), c: h.add(3), d: h.add(4)}
 	h.s.AddTap(func(ev sim.TapEvent) {
@@ -62,14 +62,14 @@ func newSeed002(t *testing.T, seed uint64) *seed002 {
 	})
 	h.join(0, x.a)
 	h.join(60*time.Millisecond, x.b)
-	h.runUntil(func() bool { return rConverged(x.a, x.b) && rQuiet(x.a, x.b) }, 2*time.Second, "v1={A,B}")
+	h.runUntil(func() bool { return converged(x.a, x.b) && quiet(x.a, x.b) }, 2*time.Second, "v1={A,B}")
 	h.join(h.s.Now(), x.c)
-	h.runUntil(func() bool { return rConverged(x.a, x.b, x.c) && rQuiet(x.a, x.b, x.c) }, 4*time.Second, "v2={A,B,C}")
+	h.runUntil(func() bool { return converged(x.a, x.b, x.c) && quiet(x.a, x.b, x.c) }, 4*time.Second, "v2={A,B,C}")
 	x.cm = x.c.self()
 	x.a.hide[x.cm] = true
 	x.send(x.c, 50)
 	h.runUntil(func() bool {
-		for _, n := range []*realNode{x.a, x.b, x.c} {
+		for _, n := range []*node{x.a, x.b, x.c} {
 			if e, _ := n.p().WindowState(x.cm); e.Delivered != 50 {
 				return false
 			}
@@ -80,7 +80,7 @@ func newSeed002(t *testing.T, seed uint64) *seed002 {
 }
 
 // send makes n send k messages now.
-func (x *seed002) send(n *realNode, k int) {
+func (x *seed002) send(n *node, k int) {
 	x.h.do(x.h.s.Now(), n, func(now time.Duration) {
 		for i := 0; i < k; i++ {
 			_, err := n.p().Send([]byte{byte(i)}, now)
@@ -112,7 +112,7 @@ func TestJoinRaceSeed002(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			x := newSeed002(t, 2)
 			h, a, b, c, d, cm := x.h, x.a, x.b, x.c, x.d, x.cm
-			for _, n := range []*realNode{a, b, c} {
+			for _, n := range []*node{a, b, c} {
 				_, err := n.p().ForcePurge(cm, 45)
 				require.NoError(t, err)
 				e, _ := n.p().WindowState(cm)
@@ -133,7 +133,7 @@ func TestJoinRaceSeed002(t *testing.T) {
 				return
 			}
 			h.do(joinAt+tc.belate, a, func(time.Duration) { delete(a.hide, cm) })
-			h.runUntil(func() bool { return rConverged(a, b, c, d) && rQuiet(a, b, c, d) }, joinAt+5*time.Second, "v3={A,B,C,D}")
+			h.runUntil(func() bool { return converged(a, b, c, d) && quiet(a, b, c, d) }, joinAt+5*time.Second, "v3={A,B,C,D}")
 			require.NotZero(t, a.g.Stats().JoinDigestRetry, "A never met the unset entry")
 			require.NotEmpty(t, x.rsps)
 			var given uint64
@@ -160,7 +160,7 @@ func TestJoinRaceSeed002(t *testing.T) {
 			before := x.xmits
 			h.run(h.s.Now() + time.Second)
 			require.Equal(t, before, x.xmits, "retransmission traffic goes on")
-			require.True(t, rConverged(a, b, c, d))
+			require.True(t, converged(a, b, c, d))
 			for _, n := range h.nodes {
 				require.Zero(t, n.p().Stats().LostRanges)
 			}
@@ -212,7 +212,7 @@ func TestJoinDigestUnsetEntry(t *testing.T) {
 // while that capture is held. Only raises of a window's Low count as
 // purges (a window created by a join digest starts where it is given).
 // It returns how many purges it saw.
-func checkPurges(h *rharness) *int {
+func checkPurges(h *harness) *int {
 	type key struct{ at, sender digest.Member }
 	lows := map[key]uint64{}
 	purges := new(int)
@@ -290,11 +290,11 @@ func TestStabilityNeverPurgesPastCapture(t *testing.T) {
 		h.join(joinAt, d)
 		h.traffic(c, joinAt, joinAt+600*time.Millisecond, 3*time.Millisecond)
 		h.do(joinAt+400*time.Millisecond, a, func(time.Duration) { delete(a.hide, cm) })
-		h.runUntil(func() bool { return rConverged(a, b, c, d) && rQuiet(a, b, c, d) }, joinAt+5*time.Second, "v3={A,B,C,D}")
-		h.runUntil(func() bool { return h.s.Now() > joinAt+700*time.Millisecond && rAllDelivered(a, b, c, d) }, joinAt+5*time.Second, "delivered")
+		h.runUntil(func() bool { return converged(a, b, c, d) && quiet(a, b, c, d) }, joinAt+5*time.Second, "v3={A,B,C,D}")
+		h.runUntil(func() bool { return h.s.Now() > joinAt+700*time.Millisecond && allDelivered(a, b, c, d) }, joinAt+5*time.Second, "delivered")
 		h.run(h.s.Now() + 300*time.Millisecond)
 		require.NotEmpty(t, x.rsps)
-		for _, n := range []*realNode{a, b, c, d} {
+		for _, n := range []*node{a, b, c, d} {
 			e, _ := n.p().WindowState(cm)
 			require.Greater(t, e.Low, uint64(50), "stability never purged C at %d", n.id)
 			require.Zero(t, n.p().Stats().LostRanges)
@@ -321,9 +321,9 @@ func TestStabilityNeverPurgesPastCapture(t *testing.T) {
 	})
 	for seed := range uint64(seeds(20, 4)) {
 		t.Run(fmt.Sprintf("joins under traffic/seed%d", seed), func(t *testing.T) {
-			h := newRHarness(t, seed, lossyNet(seed, 0.1))
+			h := newNakHarness(t, seed, lossyNet(seed, 0.1))
 			a, b, c, d := h.add(1), h.add(2), h.add(3), h.add(4)
-			all := []*realNode{a, b, c, d}
+			all := []*node{a, b, c, d}
 			purges := checkPurges(h)
 			h.join(0, a)
 			h.join(50*time.Millisecond, b, c)
@@ -331,10 +331,10 @@ func TestStabilityNeverPurgesPastCapture(t *testing.T) {
 				h.traffic(n, 200*time.Millisecond, 1500*time.Millisecond, 2*time.Millisecond)
 			}
 			h.join(600*time.Millisecond, d)
-			h.runUntil(func() bool { return rConverged(all...) && rQuiet(all...) }, 5*time.Second, "joined")
+			h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
 			h.run(max(h.s.Now(), 1600*time.Millisecond))
 			h.s.SetNet(sim.NetConfig{})
-			h.runUntil(func() bool { return rAllDelivered(all...) }, h.s.Now()+10*time.Second, "drained")
+			h.runUntil(func() bool { return allDelivered(all...) }, h.s.Now()+10*time.Second, "drained")
 			require.NotZero(t, *purges, "stability never ran")
 			for _, n := range all {
 				require.Empty(t, n.app.lost)

@@ -95,7 +95,7 @@ func TestSuspectedNamesTheCrashed(t *testing.T) {
 func TestSuspectedRealNakack(t *testing.T) {
 	for seed := range uint64(seeds(30, 6)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			h := newRHarness(t, seed, lossyNet(seed, 0.05))
+			h := newNakHarness(t, seed, lossyNet(seed, 0.05))
 			all := h.joinFour()
 			start := h.s.Now()
 			for _, n := range all {
@@ -106,13 +106,13 @@ func TestSuspectedRealNakack(t *testing.T) {
 			vm := victim.self()
 			crashAt := start + time.Duration(50+r.IntN(300))*time.Millisecond
 			h.s.Schedule(crashAt, func(time.Duration) { h.s.Crash(victim.Member()) })
-			var surv []*realNode
+			var surv []*node
 			for _, n := range all {
 				if n != victim {
 					surv = append(surv, n)
 				}
 			}
-			h.runUntil(func() bool { return h.s.Now() > crashAt && rConverged(surv...) && rQuiet(surv...) },
+			h.runUntil(func() bool { return h.s.Now() > crashAt && converged(surv...) && quiet(surv...) },
 				crashAt+20*time.Second, "crashed member excluded")
 			suspected := 0
 			for _, n := range surv {
