@@ -9,13 +9,13 @@ import (
 	"github.com/nakcast/nakcast/digest"
 )
 
-// fakeProto is a small NAKACK model for gms unit tests that exercise gms
-// alone without a network (JoinRsp validation: TestJoinRspRejectsDigestMismatch;
-// TestJoinFormsOneView); every issue-4 scenario, seed 002 included, runs on
-// the real nakack (realnak_test.go, seed002_test.go). It models per-sender
-// windows, NAKs answered by the original sender (or by any holder once the
-// sender departed), MSG_NOT_FOUND for purged
-// seqnos, STABLE/STABILITY with the capture rule, set/merge/overwrite
+// fakeProto is a small NAKACK model, the protocol of newHarness's nodes:
+// for tests of gms's own rules (views, suspicion, merges, exclusion); the
+// scenarios that need real data (cuts, state transfer, joins under
+// traffic, seed 002) run on the real nakack (newNakHarness). It models
+// per-sender windows, NAKs answered by the original sender (or by any
+// holder once the sender departed), MSG_NOT_FOUND for purged seqnos,
+// STABLE/STABILITY with the capture rule, set/merge/overwrite
 // digest, cuts. Its datagrams start with fakeMagic, so they never collide
 // with wire's version byte.
 type fakeProto struct {

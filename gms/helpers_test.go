@@ -2,11 +2,15 @@ package gms
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
+	"github.com/nakcast/nakcast/nakack"
+	"github.com/nakcast/nakcast/sim"
+	"github.com/nakcast/nakcast/wire"
 	"github.com/stretchr/testify/require"
 )
 
@@ -76,3 +80,106 @@ func requireComplaintsOnlyAbout(t *testing.T, seed uint64, n *node, m digest.Mem
 		require.True(t, strings.HasPrefix(e, fmt.Sprintf("sender %v:", m)), "seed %d: node %d: %s", seed, n.id, e)
 	}
 }
+
+func seeds(full, race int) int {
+	if raceEnabled || testing.Short() {
+		return race
+	}
+	return full
+}
+
+// lossyNet draws a network with 0-maxLoss independent loss, some
+// duplication and reordering, from the seed.
+func lossyNet(seed uint64, maxLoss float64) sim.NetConfig {
+	r := rand.New(rand.NewPCG(seed, 99))
+	return sim.NetConfig{
+		Loss: r.Float64() * maxLoss, Duplicate: r.Float64() * 0.05, Reorder: r.Float64() * 0.1,
+		Jitter: 300 * time.Microsecond,
+	}
+}
+
+// others returns ns without x.
+func others(ns []*node, x *node) []*node {
+	var out []*node
+	for _, n := range ns {
+		if n != x {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// membershipMsg decodes a membership datagram seen by a tap (nil for the
+// fake protocol's datagrams and anything undecodable).
+func membershipMsg(b []byte) *msg {
+	if len(b) < 3 || b[0] == fakeMagic || !IsMembership(wire.Type(b[2])) {
+		return nil
+	}
+	m, err := decode(b, 7)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// byView returns the node of every member of v, in view order.
+func byView[N interface{ self() digest.Member }](v View, all []N) []N {
+	var ns []N
+	for _, p := range v.Members {
+		for _, n := range all {
+			if n.self() == p.Member {
+				ns = append(ns, n)
+			}
+		}
+	}
+	return ns
+}
+
+// dataSeqs returns the origin and the seqnos a DATA or FRAG datagram
+// carries (ok false for any other datagram).
+func dataSeqs(b []byte) (origin digest.Member, first, last uint64, ok bool) {
+	h, body, err := wire.DecodeHeader(b, 7)
+	if err != nil {
+		return digest.Member{}, 0, 0, false
+	}
+	switch h.Type {
+	case wire.TypeData:
+		d, err := wire.DecodeData(h, body)
+		if err != nil {
+			return digest.Member{}, 0, 0, false
+		}
+		return d.Origin, d.First, d.Last(), true
+	case wire.TypeFrag:
+		f, err := wire.DecodeFrag(h, body)
+		if err != nil {
+			return digest.Member{}, 0, 0, false
+		}
+		return f.Origin, f.Seq, f.Seq, true
+	}
+	return digest.Member{}, 0, 0, false
+}
+
+// joinFourBundling is joinFour on a network with 200µs of jitter, the
+// members bundling at most maxBundle messages a datagram.
+func joinFourBundling(t *testing.T, seed uint64, maxBundle int) (*harness, []*node) {
+	h := newNakHarness(t, seed, sim.NetConfig{Jitter: 200 * time.Microsecond})
+	h.ntw = func(c *nakack.Config) { c.MaxBundle = maxBundle }
+	return h, h.joinFour()
+}
+
+// sentJoinRsp is a JoinRsp (kind 0) seen on the network.
+type sentJoinRsp struct {
+	at   time.Duration
+	from digest.Member
+	to   digest.Member
+	v    View
+	dig  digest.Digest
+}
+
+const (
+	cutReqCrash uint8 = iota
+	cutFixCrash
+	cutAckCrash
+)
+
+var cutCrashNames = []string{"on CutReq", "after cut fixed", "on first CutAck"}

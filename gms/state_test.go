@@ -1,0 +1,127 @@
+package gms
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/nakcast/nakcast/sim"
+	"github.com/nakcast/nakcast/wire"
+	"github.com/stretchr/testify/require"
+)
+
+// TestStateTransferUnderLoss: a member joins during traffic with loss and
+// fetches the state (a replicated fold of every sender's messages) in
+// small chunks; its installed state plus what it delivers afterwards equals
+// the provider's state plus what the provider delivers afterwards: once
+// traffic stops every member's application state is the same.
+func TestStateTransferUnderLoss(t *testing.T) {
+	for seed := range uint64(seeds(200, 12)) {
+		h := newNakHarness(t, seed, lossyNet(seed, 0.15))
+		h.tweak = func(c *Config) { c.StateChunk = 64; c.StateWindow = 3 }
+		a, b, c, d := h.add(1), h.add(2), h.add(3), h.add(4)
+		all := []*node{a, b, c, d}
+		r := rand.New(rand.NewPCG(seed, 11))
+		h.join(0, a)
+		h.join(60*time.Millisecond, b, c)
+		stop := 1500 * time.Millisecond
+		for _, n := range []*node{a, b, c} {
+			h.traffic(n, 200*time.Millisecond, stop, time.Duration(1+r.IntN(3))*time.Millisecond)
+		}
+		h.traffic(d, 200*time.Millisecond, stop, 5*time.Millisecond)
+		h.join(400*time.Millisecond+time.Duration(r.IntN(300))*time.Millisecond, d)
+		h.runUntil(func() bool { return converged(all...) }, 10*time.Second, "joined")
+		h.do(h.s.Now(), d, func(now time.Duration) { require.NoError(t, d.g.RequestState(now)) })
+		h.runUntil(func() bool { return len(d.states) > 0 }, h.s.Now()+20*time.Second, "state installed")
+		require.NoError(t, d.states[0], "seed %d", seed)
+		h.run(max(h.s.Now(), stop+100*time.Millisecond))
+		h.s.SetNet(sim.NetConfig{})
+		h.runUntil(func() bool { return allDelivered(all...) && quiet(all...) }, h.s.Now()+20*time.Second, "delivered")
+		var prov *node
+		for _, n := range all {
+			if n.self() == d.g.done.provider.Member {
+				prov = n
+			}
+		}
+		require.NotNil(t, prov)
+		want, _ := prov.app.State()
+		got, _ := d.app.State()
+		require.Equal(t, want, got, "seed %d: requester's state differs from the provider's", seed)
+		for _, n := range all {
+			require.Empty(t, n.app.lost)
+		}
+		h.noNotFound()
+		h.noErrors()
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// TestStateProviderCrash: a member fetches the state while everyone sends
+// under loss; the provider (the coordinator, asked first) crashes while it
+// streams the state. The requester gives up on it after StateTimeout,
+// retries another member and converges: its installed state plus what it
+// delivers after equals the new provider's state plus what that one
+// delivers after.
+func TestStateProviderCrash(t *testing.T) {
+	for seed := range uint64(seeds(30, 5)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h := newNakHarness(t, seed, lossyNet(seed, 0.1))
+			h.tweak = func(c *Config) { c.StateChunk = 16; c.StateWindow = 2; c.StateTimeout = time.Second }
+			a, b, c, d := h.add(1), h.add(2), h.add(3), h.add(4)
+			all := []*node{a, b, c, d}
+			h.join(0, a)
+			h.join(60*time.Millisecond, b, c, d)
+			h.runUntil(func() bool { return converged(all...) && quiet(all...) }, 5*time.Second, "joined")
+			start := h.s.Now()
+			stop := start + 1500*time.Millisecond
+			for _, n := range all {
+				h.traffic(n, start, stop, 2*time.Millisecond)
+			}
+			chunks, crashed := 0, false
+			r := rand.New(rand.NewPCG(seed, 17))
+			crashAt := 1 + r.IntN(2) // crash within the first window (of ~9 chunks)
+			h.s.AddTap(func(ev sim.TapEvent) {
+				if crashed || ev.Kind != sim.TapSend || ev.From != a.Member() || len(ev.Data) < 3 || !IsMembership(wire.Type(ev.Data[2])) {
+					return
+				}
+				if m, err := decode(ev.Data, 7); err == nil && m.typ == typeStateChunk {
+					if chunks++; chunks == crashAt {
+						crashed = true
+						h.s.Schedule(ev.At, func(time.Duration) { h.s.Crash(a.Member()) })
+					}
+				}
+			})
+			h.do(start+200*time.Millisecond, d, func(now time.Duration) { require.NoError(t, d.g.RequestState(now)) })
+			surv := []*node{b, c, d}
+			h.runUntil(func() bool { return len(d.states) > 0 }, start+20*time.Second, "state installed")
+			require.True(t, crashed, "the provider never streamed")
+			require.NoError(t, d.states[0])
+			require.Len(t, d.states, 1)
+			require.NotZero(t, d.g.Stats().StateAborted, "the crashed provider was not abandoned")
+			require.NotEqual(t, a.self(), d.g.done.provider.Member)
+			h.run(max(h.s.Now(), stop+100*time.Millisecond))
+			h.s.SetNet(sim.NetConfig{})
+			h.runUntil(func() bool { return converged(surv...) && quiet(surv...) && allDelivered(surv...) }, h.s.Now()+20*time.Second, "delivered")
+			var prov *node
+			for _, n := range surv {
+				if n.self() == d.g.done.provider.Member {
+					prov = n
+				}
+			}
+			require.NotNil(t, prov)
+			want, _ := prov.app.State()
+			got, _ := d.app.State()
+			require.Equal(t, want, got, "requester's state differs from the provider's")
+			for _, n := range surv {
+				for _, s := range surv {
+					require.Empty(t, n.app.lost[s.self()])
+				}
+			}
+			h.noNotFound()
+			h.noErrors()
+		})
+	}
+}
