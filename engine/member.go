@@ -46,6 +46,7 @@ type Member struct {
 	stateCh chan error
 	q       *sendQueue
 	epoch   time.Time
+	step    *Stepping // a simulator drives this member (simhook.go)
 	log     *logger
 	sec     *security // nil: open mode
 
@@ -103,6 +104,25 @@ func Open(ctx context.Context, config Config) (*Member, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
+	m, err := newMember(config, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.join(ctx); err != nil {
+		m.abort()
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	if err := m.handOver(); err != nil {
+		m.abort()
+		return nil, fmt.Errorf("open: %w: %w", ErrJoinFailed, err)
+	}
+	return m, nil
+}
+
+// newMember is Open up to the join: it validates config, opens the
+// transport and builds the member and its membership. step, when not nil,
+// makes a stepped member (simhook.go).
+func newMember(config Config, step *Stepping) (*Member, error) {
 	cfg, err := config.resolve()
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
@@ -117,6 +137,7 @@ func Open(ctx context.Context, config Config) (*Member, error) {
 		info:    info,
 		pool:    wire.NewPool(cfg.MaxDatagram, cfg.PoolBytes),
 		epoch:   time.Now(),
+		step:    step,
 		log:     newLogger(cfg.Logger.With("member", cfg.Self.String())),
 		space:   make(chan struct{}, 1),
 		stop:    make(chan struct{}),
@@ -156,14 +177,6 @@ func Open(ctx context.Context, config Config) (*Member, error) {
 	}
 	m.log.l.Debug("member joining", "group", tr.Group().String(), "local", tr.LocalAddr().String(),
 		"members", len(cfg.Members), "idle", cfg.Idle.String(), "max_datagram", cfg.MaxDatagram)
-	if err := m.join(ctx); err != nil {
-		m.abort()
-		return nil, fmt.Errorf("open: %w", err)
-	}
-	if err := m.handOver(); err != nil {
-		m.abort()
-		return nil, fmt.Errorf("open: %w: %w", ErrJoinFailed, err)
-	}
 	return m, nil
 }
 
@@ -291,8 +304,14 @@ func (m *Member) Config() Config { return m.cfg.config() }
 // LocalAddr returns the unicast address this member sends from.
 func (m *Member) LocalAddr() netip.AddrPort { return m.tr.LocalAddr() }
 
-// now is the protocol clock: time since Open on the monotonic clock.
-func (m *Member) now() time.Duration { return time.Since(m.epoch) }
+// now is the protocol clock: time since Open on the monotonic clock, or
+// the simulated clock of a stepped member.
+func (m *Member) now() time.Duration {
+	if m.step != nil {
+		return m.step.Now()
+	}
+	return time.Since(m.epoch)
+}
 
 // TrySend copies payload into the publication ring and returns at once:
 // ErrBackPressure when the ring is full (the agent has not caught up, or the

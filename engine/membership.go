@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"time"
@@ -67,7 +66,7 @@ func (m *Member) newGMS() (*gms.GMS, error) {
 		Group:             cfg.GroupID,
 		ID:                cfg.Self.ID,
 		Addr:              m.tr.LocalAddr().String(),
-		Seed:              rand.Uint64(),
+		Seed:              m.membershipSeed(),
 		NewProtocol:       m.newProtocol,
 		Listener:          (*listener)(m),
 		Logger:            cfg.Logger,
