@@ -22,7 +22,9 @@
 //     exactly-once delivery against the Ledger of what was sent, and traffic
 //     generators (Traffic) that honour back-pressure by retrying later.
 //     Whole members (gms over nakack) are Nodes of package sim/members,
-//     which imports gms (gms's own tests import sim, so sim must not);
+//     which imports gms (gms's own tests import sim, so sim must not),
+//     and the engine's members (the agent's duty cycle included) Nodes of
+//     package sim/stepped;
 //     Sim.Do, Crash, AddNode, Partition, Block (one-way outages) and
 //     SetLink give them joins, crashes, partitions and delays.
 //   - Group, a whole nakack group on one Sim with its end invariants
