@@ -60,6 +60,10 @@ func (c *Cluster) trace(id uint64, kind byte, sender digest.Member, a, b uint64)
 	}
 }
 
+// Addr returns the unicast address of member id's node (for a static
+// member list's Membership.MemberAddrs).
+func (c *Cluster) Addr(id uint64) netip.AddrPort { return c.addrOf(id) }
+
 func (c *Cluster) addrOf(id uint64) netip.AddrPort {
 	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(basePort+id))
 }
