@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/nakcast/nakcast/nakack"
 )
 
 // A stepped member is driven by a simulator (package sim/stepped): it
@@ -21,6 +23,8 @@ type Stepping struct {
 	// Seed seeds membership's random choices (gms Config.Seed), which an
 	// opened member draws at random.
 	Seed uint64
+
+	finished bool // the member has closed (StepClose, then Steps)
 }
 
 // ErrNotStepped is returned by Step on a member opened by Open.
@@ -31,7 +35,8 @@ var ErrNotStepped = errors.New("engine: not a stepped member")
 // (Config.Agent.Threading is ThreadingInvoked whatever it says) and that it
 // returns at once: with dynamic membership the join (gms Join) has begun
 // and completes in later Steps (an EventView tells). Close must not be
-// called on it: a simulator stops stepping a member to crash it.
+// called on it (StepClose is its Close); a simulator stops stepping a
+// member to crash it.
 func OpenStepped(config Config, s Stepping) (*Member, error) {
 	if s.Now == nil {
 		return nil, fmt.Errorf("open: %w: Stepping.Now is nil", ErrInvalidConfig)
@@ -59,9 +64,33 @@ func (m *Member) Step() (work int, next time.Duration, err error) {
 	if m.step == nil {
 		return 0, 0, ErrNotStepped
 	}
-	work, next, _ = m.ag.doWork()
+	if m.step.finished {
+		return 0, nakack.NoDeadline, ErrClosed
+	}
+	work, next, finished := m.ag.doWork()
+	if finished {
+		m.step.finished = true
+		m.ag.cleanup()
+		_ = m.tr.Close()
+	}
 	return work, next, nil
 }
+
+// StepClose begins a stepped member's Close: sending stops (TrySend
+// returns ErrClosed) and the Steps that follow drain what it sent until
+// it is stable, then leave the group (an EventLeft tells), as Close's
+// agent does; once the member has left, Step returns ErrClosed. It
+// returns ErrNotStepped on an Open'd member.
+func (m *Member) StepClose() error {
+	if m.step == nil {
+		return ErrNotStepped
+	}
+	m.closing.Store(true)
+	return nil
+}
+
+// StepClosed reports whether a stepped member has finished closing.
+func (m *Member) StepClosed() bool { return m.step != nil && m.step.finished }
 
 // membershipSeed is gms's Config.Seed: the simulator's for a stepped
 // member, else random.

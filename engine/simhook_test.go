@@ -68,4 +68,6 @@ func TestSteppedRefusals(t *testing.T) {
 	defer m.Close(context.Background())
 	_, _, err = m.Step()
 	require.ErrorIs(t, err, ErrNotStepped)
+	require.ErrorIs(t, m.StepClose(), ErrNotStepped)
+	require.False(t, m.StepClosed())
 }

@@ -110,6 +110,19 @@ func (c *Cluster) Join(at time.Duration, n *Node) error {
 	})
 }
 
+// Leave closes n's member gracefully at virtual time at
+// (engine.Member.StepClose): it stops sending, drains what it sent until
+// it is stable and leaves the group in the steps that follow.
+func (c *Cluster) Leave(at time.Duration, n *Node) error {
+	return c.s.Do(at, n.Member(), func(time.Duration) {
+		if err := n.m.StepClose(); err != nil {
+			c.s.Fail(fmt.Errorf("member %d: %w", n.id, err))
+			return
+		}
+		n.step()
+	})
+}
+
 // Crash stops n now: it is no longer stepped and hears nothing.
 func (c *Cluster) Crash(n *Node) { c.s.Crash(n.Member()) }
 

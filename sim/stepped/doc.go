@@ -1,8 +1,9 @@
 // Package stepped runs the engine's Member, whole (gms membership, the
 // nakack protocol and the agent's duty cycle with its send ring, bundling,
 // routing and flow control), as nodes of the deterministic simulator
-// (package sim). Close is not simulated: a member leaves by crashing. It
-// is its own package because it imports engine, which sim must not
+// (package sim). A member leaves gracefully (Cluster.Leave:
+// engine.Member.StepClose, Close's drain and leave on the virtual clock)
+// or crashes (Cluster.Crash). It is its own package because it imports engine, which sim must not
 // (engine's tests may use sim).
 //
 // A member is opened with engine.OpenStepped: it starts no goroutine, its

@@ -74,9 +74,14 @@ func (n *Node) open() error {
 	return nil
 }
 
-// step runs duty cycles until the member is idle (or maxCycles).
+// step runs duty cycles until the member is idle (or maxCycles), or
+// has closed (Cluster.Leave).
 func (n *Node) step() {
 	for range maxCycles {
+		if n.m.StepClosed() {
+			n.next = sim.Never
+			return
+		}
 		work, next, err := n.m.Step()
 		if err != nil {
 			n.c.s.Fail(fmt.Errorf("member %d: %w", n.id, err))

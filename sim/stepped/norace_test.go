@@ -8,4 +8,5 @@ package stepped_test
 const (
 	crashJoinSeeds = 10 // TestCrashAndJoin
 	staticSeeds    = 10 // TestStaticGroup
+	leaveSeeds     = 10 // TestLeave
 )

@@ -8,4 +8,5 @@ package stepped_test
 const (
 	crashJoinSeeds = 3 // TestCrashAndJoin
 	staticSeeds    = 3 // TestStaticGroup
+	leaveSeeds     = 3 // TestLeave
 )

@@ -170,3 +170,75 @@ func runStatic(t *testing.T, seed uint64) *stepped.Cluster {
 	}
 	return c
 }
+
+// TestLeave: members 1-4 form a group over a lossy network and 1-3 send;
+// 2 closes gracefully while sending (engine.Member.StepClose): it drains
+// what it sent and leaves. The others settle in one view, every one of
+// them delivered every message 2 sent before it closed, none lost, 2 got
+// its EventLeft, and the seed replays.
+func TestLeave(t *testing.T) {
+	for seed := range uint64(leaveSeeds) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			a := runLeave(t, seed)
+			b := runLeave(t, seed)
+			require.Equal(t, a.Sim().Steps(), b.Sim().Steps(), "seed %d replays", seed)
+			require.Equal(t, a.Trace(), b.Trace(), "seed %d replays", seed)
+		})
+	}
+}
+
+func runLeave(t *testing.T, seed uint64) *stepped.Cluster {
+	r := rand.New(rand.NewPCG(seed, 5))
+	c := stepped.New(stepped.Config{Seed: seed, Net: sim.NetConfig{
+		Latency: 200 * time.Microsecond, Jitter: 300 * time.Microsecond,
+		Loss: r.Float64() * 0.05, Duplicate: r.Float64() * 0.02, Reorder: r.Float64() * 0.05,
+	}, Engine: func(c *engine.Config) {
+		c.Membership.HeartbeatInterval = 100 * time.Millisecond
+		c.Membership.SuspectTimeout = 500 * time.Millisecond
+	}})
+	s := c.Sim()
+	var ns []*stepped.Node
+	for id := uint64(1); id <= 4; id++ {
+		n, err := c.Add(id)
+		require.NoError(t, err)
+		ns = append(ns, n)
+	}
+	require.NoError(t, c.Join(0, ns[0]))
+	for _, n := range ns[1:] {
+		require.NoError(t, c.Join(350*time.Millisecond+time.Duration(r.IntN(100))*time.Millisecond, n))
+	}
+	done, err := s.RunWhile(func() bool { return !stepped.Settled(ns...) }, 10*time.Millisecond, 10*time.Second)
+	require.NoError(t, err)
+	require.True(t, done, "seed %d: 1-4 not settled", seed)
+	t0 := s.Now()
+	for _, n := range ns[:3] {
+		require.NoError(t, c.Traffic(n, t0, t0+1500*time.Millisecond, time.Duration(1+r.IntN(3))*time.Millisecond))
+	}
+	leaver := ns[1]
+	self := leaver.Engine().Self()
+	require.NoError(t, c.Leave(t0+400*time.Millisecond+time.Duration(r.IntN(300))*time.Millisecond, leaver))
+	require.NoError(t, s.RunUntil(t0+1600*time.Millisecond), "seed %d", seed)
+	s.SetNet(sim.NetConfig{Latency: 200 * time.Microsecond})
+	survivors := []*stepped.Node{ns[0], ns[2], ns[3]}
+	done, err = s.RunWhile(func() bool {
+		return !stepped.Settled(survivors...) || stepped.Check(survivors) != nil || !leaver.Engine().StepClosed()
+	}, 10*time.Millisecond, s.Now()+20*time.Second)
+	require.NoError(t, err, "seed %d", seed)
+	require.True(t, done, "seed %d: not settled (leaver closed: %v): %v", seed, leaver.Engine().StepClosed(), stepped.Check(survivors))
+	sent := leaver.Sent(self)
+	require.Positive(t, sent, "seed %d", seed)
+	for _, n := range survivors {
+		st := n.App().Stream(self)
+		require.NotNil(t, st, "seed %d: member %d", seed, n.ID())
+		require.Equal(t, sent+1, st.Next, "seed %d: member %d has the leaver's messages up to %d", seed, n.ID(), st.Next-1)
+		for _, e := range st.Entries {
+			require.False(t, e.Lost, "seed %d: member %d lost %+v of a graceful leaver", seed, n.ID(), e)
+		}
+	}
+	var left bool
+	for _, e := range leaver.Events {
+		left = left || e.Kind == engine.EventLeft
+	}
+	require.True(t, left, "seed %d: no EventLeft", seed)
+	return c
+}
