@@ -46,44 +46,17 @@ func runCrashAndJoin(t *testing.T, seed uint64) crashAndJoin {
 			return s.Now() < silentTo && (t == wire.TypeData || t == wire.TypeFrag)
 		}
 		return false
-	}, Net: sim.NetConfig{
-		Latency: 200 * time.Microsecond, Jitter: 300 * time.Microsecond,
-		Loss: r.Float64() * 0.05, Duplicate: r.Float64() * 0.02, Reorder: r.Float64() * 0.05,
-	}, Engine: func(c *engine.Config) {
-		c.Membership.HeartbeatInterval = 100 * time.Millisecond
-		c.Membership.SuspectTimeout = 500 * time.Millisecond
-	}})
+	}, Net: lossy(r, 0.05), Engine: fastFailureDetection})
 	s = c.Sim()
-	var ns []*stepped.Node
-	for id := uint64(1); id <= 5; id++ {
-		n, err := c.Add(id)
-		require.NoError(t, err)
-		ns = append(ns, n)
-	}
-	require.NoError(t, c.Join(0, ns[0]))
-	for _, n := range ns[1:4] {
-		require.NoError(t, c.Join(350*time.Millisecond+time.Duration(r.IntN(100))*time.Millisecond, n))
-	}
-	done, err := s.RunWhile(func() bool { return !stepped.Settled(ns[:4]...) }, 10*time.Millisecond, 10*time.Second)
-	require.NoError(t, err)
-	require.True(t, done, "seed %d: 1-4 not settled", seed)
-	t0 := s.Now()
-	for _, n := range ns[:3] {
-		require.NoError(t, c.Traffic(n, t0, t0+1500*time.Millisecond, time.Duration(1+r.IntN(3))*time.Millisecond))
-	}
+	ns := addNodes(t, c, 5)
+	t0 := formAndSend(t, c, r, ns[:4])
 	crashAt := t0 + 500*time.Millisecond + time.Duration(r.IntN(300))*time.Millisecond
 	silentFrom = crashAt - time.Duration(20+r.IntN(40))*time.Millisecond
 	silentTo = crashAt - time.Duration(5+r.IntN(10))*time.Millisecond
 	s.Schedule(crashAt, func(time.Duration) { c.Crash(ns[2]) })
 	require.NoError(t, c.Join(t0+700*time.Millisecond+time.Duration(r.IntN(300))*time.Millisecond, ns[4]))
-	require.NoError(t, s.RunUntil(t0+1600*time.Millisecond), "seed %d", seed)
-	s.SetNet(sim.NetConfig{Latency: 200 * time.Microsecond})
 	survivors := []*stepped.Node{ns[0], ns[1], ns[3], ns[4]}
-	done, err = s.RunWhile(func() bool {
-		return !stepped.Settled(survivors...) || stepped.Check(survivors) != nil
-	}, 10*time.Millisecond, s.Now()+20*time.Second)
-	require.NoError(t, err, "seed %d", seed)
-	require.True(t, done, "seed %d: not settled: %v", seed, stepped.Check(survivors))
+	healAndSettle(t, c, t0+1600*time.Millisecond, survivors, func() bool { return true })
 	return crashAndJoin{c: c, survivors: survivors, crashed: ns[2]}
 }
 
@@ -124,36 +97,23 @@ func TestCrashAndJoin(t *testing.T) {
 // in the engine) over a lossy network, three of them sending: every member
 // delivers everything, nothing is lost, and the seed replays.
 func TestStaticGroup(t *testing.T) {
-	for seed := range uint64(staticSeeds) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			a := runStatic(t, seed)
-			b := runStatic(t, seed)
-			require.Equal(t, a.Sim().Steps(), b.Sim().Steps(), "seed %d replays", seed)
-			require.Equal(t, a.Trace(), b.Trace(), "seed %d replays", seed)
-		})
-	}
+	replays(t, staticSeeds, runStatic)
 }
 
 func runStatic(t *testing.T, seed uint64) *stepped.Cluster {
 	r := rand.New(rand.NewPCG(seed, 4))
 	var members []digest.Member
 	var c *stepped.Cluster
-	c = stepped.New(stepped.Config{Seed: seed, Net: sim.NetConfig{
-		Latency: 200 * time.Microsecond, Jitter: 300 * time.Microsecond,
-		Loss: r.Float64() * 0.1, Duplicate: r.Float64() * 0.02, Reorder: r.Float64() * 0.05,
-	}, Engine: func(cfg *engine.Config) {
+	c = stepped.New(stepped.Config{Seed: seed, Net: lossy(r, 0.1), Engine: func(cfg *engine.Config) {
 		cfg.Membership.Members = members
 		for _, m := range members {
 			cfg.Membership.MemberAddrs = append(cfg.Membership.MemberAddrs, c.Addr(m.ID))
 		}
 	}})
 	s := c.Sim()
-	var ns []*stepped.Node
-	for id := uint64(1); id <= 4; id++ {
-		n, err := c.Add(id)
-		require.NoError(t, err)
-		ns = append(ns, n)
-		members = append(members, digest.Member{ID: id, Inc: 1})
+	ns := addNodes(t, c, 4)
+	for _, n := range ns {
+		members = append(members, digest.Member{ID: n.ID(), Inc: 1})
 		require.NoError(t, c.Join(0, n))
 	}
 	for _, n := range ns[:3] {
@@ -177,54 +137,19 @@ func runStatic(t *testing.T, seed uint64) *stepped.Cluster {
 // them delivered every message 2 sent before it closed, none lost, 2 got
 // its EventLeft, and the seed replays.
 func TestLeave(t *testing.T) {
-	for seed := range uint64(leaveSeeds) {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			a := runLeave(t, seed)
-			b := runLeave(t, seed)
-			require.Equal(t, a.Sim().Steps(), b.Sim().Steps(), "seed %d replays", seed)
-			require.Equal(t, a.Trace(), b.Trace(), "seed %d replays", seed)
-		})
-	}
+	replays(t, leaveSeeds, runLeave)
 }
 
 func runLeave(t *testing.T, seed uint64) *stepped.Cluster {
 	r := rand.New(rand.NewPCG(seed, 5))
-	c := stepped.New(stepped.Config{Seed: seed, Net: sim.NetConfig{
-		Latency: 200 * time.Microsecond, Jitter: 300 * time.Microsecond,
-		Loss: r.Float64() * 0.05, Duplicate: r.Float64() * 0.02, Reorder: r.Float64() * 0.05,
-	}, Engine: func(c *engine.Config) {
-		c.Membership.HeartbeatInterval = 100 * time.Millisecond
-		c.Membership.SuspectTimeout = 500 * time.Millisecond
-	}})
-	s := c.Sim()
-	var ns []*stepped.Node
-	for id := uint64(1); id <= 4; id++ {
-		n, err := c.Add(id)
-		require.NoError(t, err)
-		ns = append(ns, n)
-	}
-	require.NoError(t, c.Join(0, ns[0]))
-	for _, n := range ns[1:] {
-		require.NoError(t, c.Join(350*time.Millisecond+time.Duration(r.IntN(100))*time.Millisecond, n))
-	}
-	done, err := s.RunWhile(func() bool { return !stepped.Settled(ns...) }, 10*time.Millisecond, 10*time.Second)
-	require.NoError(t, err)
-	require.True(t, done, "seed %d: 1-4 not settled", seed)
-	t0 := s.Now()
-	for _, n := range ns[:3] {
-		require.NoError(t, c.Traffic(n, t0, t0+1500*time.Millisecond, time.Duration(1+r.IntN(3))*time.Millisecond))
-	}
+	c := stepped.New(stepped.Config{Seed: seed, Net: lossy(r, 0.05), Engine: fastFailureDetection})
+	ns := addNodes(t, c, 4)
+	t0 := formAndSend(t, c, r, ns)
 	leaver := ns[1]
 	self := leaver.Engine().Self()
 	require.NoError(t, c.Leave(t0+400*time.Millisecond+time.Duration(r.IntN(300))*time.Millisecond, leaver))
-	require.NoError(t, s.RunUntil(t0+1600*time.Millisecond), "seed %d", seed)
-	s.SetNet(sim.NetConfig{Latency: 200 * time.Microsecond})
 	survivors := []*stepped.Node{ns[0], ns[2], ns[3]}
-	done, err = s.RunWhile(func() bool {
-		return !stepped.Settled(survivors...) || stepped.Check(survivors) != nil || !leaver.Engine().StepClosed()
-	}, 10*time.Millisecond, s.Now()+20*time.Second)
-	require.NoError(t, err, "seed %d", seed)
-	require.True(t, done, "seed %d: not settled (leaver closed: %v): %v", seed, leaver.Engine().StepClosed(), stepped.Check(survivors))
+	healAndSettle(t, c, t0+1600*time.Millisecond, survivors, leaver.Engine().StepClosed)
 	sent := leaver.Sent(self)
 	require.Positive(t, sent, "seed %d", seed)
 	for _, n := range survivors {
@@ -241,4 +166,76 @@ func runLeave(t *testing.T, seed uint64) *stepped.Cluster {
 	}
 	require.True(t, left, "seed %d: no EventLeft", seed)
 	return c
+}
+
+// lossy is a network with loss up to maxLoss, duplication up to 2% and
+// reordering up to 5%, drawn from r, and jitter.
+func lossy(r *rand.Rand, maxLoss float64) sim.NetConfig {
+	return sim.NetConfig{
+		Latency: 200 * time.Microsecond, Jitter: 300 * time.Microsecond,
+		Loss: r.Float64() * maxLoss, Duplicate: r.Float64() * 0.02, Reorder: r.Float64() * 0.05,
+	}
+}
+
+// fastFailureDetection makes a crash show within about 0.6 s.
+func fastFailureDetection(c *engine.Config) {
+	c.Membership.HeartbeatInterval = 100 * time.Millisecond
+	c.Membership.SuspectTimeout = 500 * time.Millisecond
+}
+
+// addNodes adds nodes 1..n to c.
+func addNodes(t *testing.T, c *stepped.Cluster, n uint64) []*stepped.Node {
+	var ns []*stepped.Node
+	for id := uint64(1); id <= n; id++ {
+		nd, err := c.Add(id)
+		require.NoError(t, err)
+		ns = append(ns, nd)
+	}
+	return ns
+}
+
+// formAndSend makes ns[0] found the group and the others join 350-450 ms
+// later, runs until they are settled, then makes the first three send
+// every 1-3 ms for 1.5 s from now, which it returns.
+func formAndSend(t *testing.T, c *stepped.Cluster, r *rand.Rand, ns []*stepped.Node) time.Duration {
+	s := c.Sim()
+	require.NoError(t, c.Join(0, ns[0]))
+	for _, n := range ns[1:] {
+		require.NoError(t, c.Join(350*time.Millisecond+time.Duration(r.IntN(100))*time.Millisecond, n))
+	}
+	done, err := s.RunWhile(func() bool { return !stepped.Settled(ns...) }, 10*time.Millisecond, 10*time.Second)
+	require.NoError(t, err)
+	require.True(t, done, "seed %d: the group did not form", s.Seed())
+	t0 := s.Now()
+	for _, n := range ns[:3] {
+		require.NoError(t, c.Traffic(n, t0, t0+1500*time.Millisecond, time.Duration(1+r.IntN(3))*time.Millisecond))
+	}
+	return t0
+}
+
+// healAndSettle runs c until heal, then on a loss-free network until the
+// survivors are settled in one view, Check passes and done holds (20 s
+// at most).
+func healAndSettle(t *testing.T, c *stepped.Cluster, heal time.Duration, survivors []*stepped.Node, done func() bool) {
+	s := c.Sim()
+	require.NoError(t, s.RunUntil(heal), "seed %d", s.Seed())
+	s.SetNet(sim.NetConfig{Latency: 200 * time.Microsecond})
+	ok, err := s.RunWhile(func() bool {
+		return !stepped.Settled(survivors...) || stepped.Check(survivors) != nil || !done()
+	}, 10*time.Millisecond, s.Now()+20*time.Second)
+	require.NoError(t, err, "seed %d", s.Seed())
+	require.True(t, ok, "seed %d: not settled (done: %v): %v", s.Seed(), done(), stepped.Check(survivors))
+}
+
+// replays runs each of seeds seeds twice: the same number of simulator
+// steps and the same trace.
+func replays(t *testing.T, seeds int, run func(*testing.T, uint64) *stepped.Cluster) {
+	for seed := range uint64(seeds) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			a := run(t, seed)
+			b := run(t, seed)
+			require.Equal(t, a.Sim().Steps(), b.Sim().Steps(), "seed %d replays", seed)
+			require.Equal(t, a.Trace(), b.Trace(), "seed %d replays", seed)
+		})
+	}
 }
