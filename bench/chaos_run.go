@@ -47,7 +47,7 @@ func (ns *Netns) linkLoss(ctx context.Context, i int, p float64) error {
 // cut partitions the members: each member's namespace drops every IPv4
 // datagram from the members on another side (side[j] is member j's).
 func (ns *Netns) cut(ctx context.Context, side []int) error {
-	for i := range side {
+	return ns.inEach(len(side), func(i int) error {
 		var others []string
 		for j := range side {
 			if side[j] != side[i] {
@@ -55,24 +55,35 @@ func (ns *Netns) cut(ctx context.Context, side []int) error {
 			}
 		}
 		if len(others) == 0 {
-			continue
+			return nil
 		}
 		rule := fmt.Sprintf("add rule inet %s partition ip saddr { %s } counter drop\n", chaosTable, strings.Join(others, ", "))
-		if _, err := ns.nftIn(ctx, ns.Members[i], rule, "-f", "-"); err != nil {
-			return err
-		}
-	}
-	return nil
+		_, err := ns.nftIn(ctx, ns.Members[i], rule, "-f", "-")
+		return err
+	})
 }
 
 // heal removes every cut.
 func (ns *Netns) heal(ctx context.Context, members int) error {
-	var errs []error
-	for i := range members {
-		if _, err := ns.nftIn(ctx, ns.Members[i], "", "flush", "chain", "inet", chaosTable, "partition"); err != nil {
-			errs = append(errs, err)
-		}
+	return ns.inEach(members, func(i int) error {
+		_, err := ns.nftIn(ctx, ns.Members[i], "", "flush", "chain", "inet", chaosTable, "partition")
+		return err
+	})
+}
+
+// inEach runs f for members 0..n-1 at once and joins their errors: a cut
+// or a heal reaches every namespace at about the same time (one nft
+// process after another takes tens of milliseconds each on a loaded
+// machine, and a heal half a second late is a longer partition for the
+// last members).
+func (ns *Netns) inEach(n int, f func(i int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = f(i) }()
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 

@@ -166,6 +166,11 @@ func TestCheckChaos(t *testing.T) {
 			for i := range rs {
 				rs[i].Events = append(rs[i].Events, EventRecord{Ns: 20, Kind: "left", Err: "excluded"})
 			}
+		}, "sender 0: excluded 0.0 s after its first view (excluded) and rejoined as a new incarnation"},
+		{"nobody stayed, the sender excluded by no one", func(rs []MemberResult) {
+			for i := range rs {
+				rs[i].Views = append(rs[i].Views, ViewRecord{Ns: 20, Members: []uint64{102, 103}}, ViewRecord{Ns: 30, Members: []uint64{101, 102, 103}})
+			}
 		}, "sender 0: no member stayed in the group with it throughout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
