@@ -65,9 +65,8 @@ const recMeta = 24
 // recSmall is the size of a lost-range and a reference record.
 const recSmall = recMeta + 8
 
-// deliveryMaxBytes bounds the delivery ring's buffer: 1024 records (the
-// default) of 1 KiB messages fit, so that the record count, not the
-// bytes, bounds a ring of messages of the default inline size.
+// deliveryMaxBytes bounds the delivery ring's buffer: with the default
+// window, 8192 records of 64 B messages fit, or about 2000 of 1 KiB.
 const deliveryMaxBytes = 2 << 20
 
 // newDelivery returns the delivery ring of a pull-mode member: at most
@@ -87,12 +86,14 @@ func newDelivery(cfg *settings) *delivery {
 	return &delivery{r: r, maxRecs: uint64(recs)}
 }
 
-// deliveryRecords is how many records the delivery ring holds at most:
-// Agent.DeliverBatch, and at most an eighth of the window, so that what
-// waits in the ring (delivered as far as the protocol knows) leaves most
-// of the window to measure the application's lag against.
+// deliveryRecords is how many records the delivery ring holds at most: an
+// eighth of the window, so that what waits in the ring (delivered as far
+// as the protocol knows) leaves most of the window to measure the
+// application's lag against, and large enough that the agent, which
+// stalls when the ring is full until a Poll makes room, stalls and is
+// woken seldom.
 func deliveryRecords(cfg *settings) int {
-	return max(1, min(cfg.DeliverBatch, cfg.Window/8))
+	return max(1, cfg.Window/8)
 }
 
 // room returns how many more records the ring may hold (agent side).

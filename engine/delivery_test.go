@@ -66,7 +66,7 @@ func payloadOK(p []byte, i uint64) bool {
 func TestDeliveryRing(t *testing.T) {
 	total := uint64(deliveryRingRecords)
 	cfg := settings{}
-	cfg.DeliverBatch, cfg.Window, cfg.InlineSize, cfg.MaxMessage = 64, 1<<16, 1024, 1<<20
+	cfg.DeliverBatch, cfg.Window, cfg.InlineSize, cfg.MaxMessage = 64, 512, 1024, 1<<20 // 64 records
 	d := newDelivery(&cfg)
 	big := d.r.MaxRecord() + 1000
 	size := func(i uint64) int {
@@ -126,18 +126,17 @@ func TestDeliveryRing(t *testing.T) {
 	require.Zero(t, d.discard())
 }
 
-// TestDeliveryRingSize: the ring holds Agent.DeliverBatch records, at most
-// Window/8, in a buffer sized for that many messages of the inline size,
-// within 4 KiB..2 MiB.
+// TestDeliveryRingSize: the ring holds Window/8 records in a buffer sized
+// for that many messages of the inline size, within 4 KiB..2 MiB.
 func TestDeliveryRingSize(t *testing.T) {
 	for _, tc := range []struct {
 		batch, window, inline, maxMsg int
 		recs, bytes                   int
 	}{
-		{DefaultDeliverBatch, DefaultWindow, DefaultInlineSize, DefaultMaxMessage, 1024, 2 << 20},
+		{DefaultDeliverBatch, DefaultWindow, DefaultInlineSize, DefaultMaxMessage, DefaultWindow / 8, 2 << 20},
 		{DefaultDeliverBatch, 256, DefaultInlineSize, DefaultMaxMessage, 32, 64 << 10},
 		{DefaultDeliverBatch, 8, 16, 16, 1, 4096},
-		{MaxDeliverBatch, MaxWindow, MaxInlineSize, DefaultMaxMessage, MaxDeliverBatch, 2 << 20},
+		{MaxDeliverBatch, MaxWindow, MaxInlineSize, DefaultMaxMessage, MaxWindow / 8, 2 << 20},
 	} {
 		cfg := settings{}
 		cfg.DeliverBatch, cfg.Window, cfg.InlineSize, cfg.MaxMessage = tc.batch, tc.window, tc.inline, tc.maxMsg

@@ -118,8 +118,8 @@
 // The application and the agent meet without a lock: sends through the
 // publication ring; deliveries in pull mode through a delivery ring
 // (ring.Records: the agent delivers into it as far as it has room, at most
-// Config.Agent.DeliverBatch messages and an eighth of Config.Tuning.Window
-// ahead of the application, and Poll reads it, one goroutine at a time);
+// an eighth of Config.Tuning.Window messages and 2 MiB ahead of the
+// application, and Poll reads it, one goroutine at a time);
 // Stats through atomic counters and a snapshot of the protocol's and
 // membership's state that the agent publishes after each cycle that
 // changed it; View through the view the agent publishes on each change;

@@ -591,8 +591,8 @@ func (c Claim) Abort() { c.m.q.abort(c.seq, c.Buf) }
 // calling goroutine, in pull mode (Config.Handler nil), and returns how many
 // it delivered. It does not block waiting for messages and does not
 // allocate; the payload is valid only during the call. It reads the
-// delivery ring the agent fills (at most Agent.DeliverBatch messages, and
-// an eighth of Tuning.Window, ahead of the application) and takes no lock:
+// delivery ring the agent fills (at most an eighth of Tuning.Window
+// messages, and 2 MiB, ahead of the application) and takes no lock:
 // one goroutine polls at a time, and a Poll called while another is in
 // progress (or once Close began) returns 0 at once. h may call TrySend.
 //
