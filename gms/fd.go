@@ -111,11 +111,15 @@ func (g *GMS) tickFD(now time.Duration) {
 		return
 	}
 	if now >= f.nextHB {
+		g.checkLaggards(now) // coordinator (laggard.go)
 		hb := &msg{typ: typeHeartbeat, view: g.view.ID}
 		if g.IsCoordinator() {
 			hb.kind = 1
 			if g.merge != nil {
 				hb.id = g.merge.id // the merge we lead, until it ends
+			}
+			if d := g.lagDigest(); d.Len() > 0 {
+				hb.withDigest(d) // the laggards (laggard.go)
 			}
 		}
 		hb.withAddr(g.cfg.Addr)
@@ -331,6 +335,7 @@ func (g *GMS) onHeartbeat(m *msg, now time.Duration) {
 	if g.view.Contains(m.sender) {
 		g.maxCounter = max(g.maxCounter, m.view.Counter)
 		g.fd.named[m.sender] = m.view
+		g.onLagDigest(m)
 	}
 	if m.kind == 1 && g.IsCoordinator() && m.view != g.view.ID && m.addr != "" {
 		other := Peer{Member: m.sender, Addr: m.addr}

@@ -40,6 +40,9 @@ type Stats struct {
 	StateAborted     uint64 // state transfers aborted (requester timeouts, digests or states that could not be installed)
 	StateServed      uint64 // state transfers completed as provider
 	LeaveTimeouts    uint64 // graceful leaves given up after LeaveTimeout without a LeaveRsp (leaver)
+	Laggards         uint64 // lagging episodes opened (coordinator: Config.LagLimit)
+	LaggardsExcluded uint64 // laggards suspected and excluded (coordinator, Config.LagExclude)
+	LagReports       uint64 // lagging episodes reported to the listener (every member)
 }
 
 // leaveMark is what a LEAVE announced: the leaver's highest seqno and its
@@ -85,6 +88,7 @@ type GMS struct {
 	xfer    *xferReq             // as state requester
 	prov    map[uint64]*xferProv // as state provider
 	done    xferDone             // last completed transfer, to re-acknowledge
+	lag     laggards             // slow members (laggard.go)
 
 	// hist: the last views this member installed (at most maxViewHist),
 	// oldest first; viewAt: when the current one was (memberBehind).
@@ -398,6 +402,7 @@ func (g *GMS) exit(reason error, now time.Duration) {
 	clear(g.leavers)
 	g.hist = g.hist[:0]
 	g.merge, g.hold = nil, nil
+	g.lag = laggards{}
 	if g.xfer != nil && g.cfg.Listener != nil {
 		g.cfg.Listener.StateInstalled(ErrNotMember)
 	}

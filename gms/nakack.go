@@ -12,7 +12,8 @@ import (
 // the simulator.
 type NakackProtocol struct {
 	P    *nakack.Protocol
-	gaps []wire.Range // scratch for SenderState
+	gaps []wire.Range       // scratch for SenderState
+	lags []nakack.MemberLag // scratch for AppendLags
 }
 
 // InstallView implements Protocol.

@@ -314,6 +314,25 @@ type Config struct {
 	StateWindow   int
 	StateTimeout  time.Duration
 	StateAttempts int
+
+	// LagLimit, LagTimeout and LagExclude handle slow members (laggards.go).
+	// The coordinator measures every member's lag behind the group (the
+	// Protocol's LagSource: for nakack, seqnos of the group's traffic
+	// that the member has not delivered while another member has) once
+	// per HeartbeatInterval. A member whose lag stays above LagLimit for
+	// LagTimeout (default 5s: longer than the digest captures of joins,
+	// merges and state transfers, which hold a member's reports back) is
+	// a laggard: the coordinator names it with its lag in its heartbeats
+	// until its lag is LagLimit/2 or less, and every member reports it
+	// once per episode (LagListener; Stats.LagReports). Then, by
+	// default, the group keeps waiting for it (flow control bounds what
+	// the senders hold); with LagExclude the coordinator suspects it and
+	// excludes it like a failed member (not itself), and it may join
+	// again as a new incarnation. LagLimit 0 (the default) finds no
+	// laggard.
+	LagLimit   uint64
+	LagTimeout time.Duration
+	LagExclude bool
 }
 
 func (c *Config) defaults() error {
@@ -340,6 +359,7 @@ func (c *Config) defaults() error {
 	def(&c.LeaveTimeout, 2*time.Second)
 	def(&c.MergeTimeout, 2*time.Second)
 	def(&c.StateTimeout, 2*time.Second)
+	def(&c.LagTimeout, 5*time.Second)
 	if c.ProbeAttempts < 0 {
 		return fmt.Errorf("gms: Config.ProbeAttempts %d: want at least 1 (0 for the default 3)", c.ProbeAttempts)
 	}

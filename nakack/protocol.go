@@ -322,6 +322,9 @@ type Protocol struct {
 	fl  flow      // flow control and rate limit (flow.go)
 	one [1][]byte // Send's payload as a run, for admit
 	lag lagState  // delivery backlog (lag.go)
+	// mlag: the members' lag behind the group, on the coordinator
+	// (peerlag.go).
+	mlag memberLags
 
 	stats Stats
 	// clock is the latest now seen by Receive or Tick, for the entry points

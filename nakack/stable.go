@@ -229,6 +229,7 @@ func fold[E wire.Entries](p *Protocol, from int, d E, now time.Duration) (behind
 	chunk := pos0 / r.per
 	r.foldSeq++
 	ms := p.view.Members
+	var lagSum uint64
 	for i := 0; i < d.Len(); i++ {
 		e := d.At(i)
 		j := pos0 + i
@@ -237,12 +238,14 @@ func fold[E wire.Entries](p *Protocol, from int, d E, now time.Duration) (behind
 				continue
 			}
 		}
+		lagSum += p.mlag.entry(from, j, e.Delivered) // peerlag.go
 		r.seen[j] = r.foldSeq
 		r.min[j] = min(r.min[j], e.Delivered)
 		r.minRecv[j] = min(r.minRecv[j], max(e.Received, e.Delivered))
 		r.minLow[j] = min(r.minLow[j], e.Low)
 		behind = behind || e.Low < r.stab[j]
 	}
+	p.mlag.report(from, chunk, lagSum)
 	behind = behind && !r.repeated[from]
 	if behind {
 		r.repeated[from] = true

@@ -5,6 +5,10 @@ package sim
 // ReplaySeed returns -sim.seed (-1: none).
 func ReplaySeed() int64 { return *flagSeed }
 
+// LaggardSeeds is how many seeds each slow-receiver test runs: 20, 3
+// under -race.
+func LaggardSeeds() int { return laggardSeeds }
+
 // WholeGroupSeeds is how many whole-group randomised seeds to run: 300, 30
 // under -race, -sim.seeds when set.
 func WholeGroupSeeds() int {

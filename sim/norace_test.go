@@ -11,4 +11,5 @@ const (
 	randomSeeds     = 500 // TestRandomised (-sim.seeds overrides)
 	wholeGroupSeeds = 300 // TestWholeGroupRandomised (-sim.seeds overrides)
 	scaleReceivers  = 200 // the scale simulation (-sim.scale overrides)
+	laggardSeeds    = 20  // TestLaggardWait, TestLaggardExclude (each)
 )

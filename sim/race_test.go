@@ -11,4 +11,5 @@ const (
 	randomSeeds     = 50 // TestRandomised (-sim.seeds overrides)
 	wholeGroupSeeds = 30 // TestWholeGroupRandomised (-sim.seeds overrides)
 	scaleReceivers  = 50 // the scale simulation (-sim.scale overrides)
+	laggardSeeds    = 3  // TestLaggardWait, TestLaggardExclude (each)
 )

@@ -37,6 +37,9 @@ type Node struct {
 	// Rejoin: after leaving the group (excluded, or a graceful leave
 	// when RejoinAfterLeave is set) the node joins again at once.
 	Rejoin, RejoinAfterLeave bool
+	// Stalled: the application consumes nothing while set (a slow
+	// receiver): what arrives waits in the protocol's windows.
+	Stalled bool
 	// leaving: the node has called Leave (its traffic stops).
 	leaving bool
 	// wantOut: the node left for good (no rejoin): not a member of the
@@ -247,7 +250,7 @@ func (n *Node) Drain(send func(to digest.Member, datagram []byte)) {
 
 // poll delivers everything deliverable to the current App.
 func (n *Node) poll() {
-	if inc := n.Cur(); inc != nil {
+	if inc := n.Cur(); inc != nil && !n.Stalled {
 		for inc.P.Poll(inc.App, 64) > 0 {
 		}
 	}
