@@ -20,9 +20,10 @@ type ViewRecord struct {
 
 // EventRecord is one engine event other than a view (MemberResult.Events):
 // Kind is engine.EventKind's name (suspect, unsuspect, lost, lagging,
-// left, state); Member the member it names (the suspect, the lost range's
-// sender, the laggard), From and To the lost range or, for lagging, From
-// the messages received but not delivered; Err the event's error.
+// peerlagging, left, state); Member the member it names (the suspect, the
+// lost range's sender, the laggard), From and To the lost range or, for
+// lagging, From the messages received but not delivered, for peerlagging
+// the laggard's lag behind the group; Err the event's error.
 type EventRecord struct {
 	Ns     int64  `json:"ns"`
 	Kind   string `json:"kind"`

@@ -14,6 +14,7 @@ type lifeState struct {
 	viewSize    int
 	inTick      bool                      // inside gms Tick (see Member.newProtocol)
 	rejoin      bool                      // excluded: join again after this entry point
+	refetch     bool                      // excluded with FetchState: fetch the state once rejoined
 	left        bool                      // gms reported Left
 	leaveSent   bool                      // Close's graceful leave started
 	quiet       quiesce                   // a fixed view's wait before it leaves
@@ -105,8 +106,9 @@ func (a *agent) drainClose(now time.Duration, p *nakack.Protocol, deadline time.
 }
 
 // afterGMS acts on what a gms entry point asked of the engine: a rejoin
-// after an exclusion.
+// after an exclusion, and the state transfer after it (refetchState).
 func (a *agent) afterGMS(now time.Duration) {
+	a.refetchState(now)
 	if a.rejoin {
 		a.rejoin = false
 		if err := a.m.g.Join(now); err != nil {

@@ -287,6 +287,24 @@ type MembershipConfig struct {
 	ProbeAttempts     int
 	// LeaveTimeout bounds the graceful leave of Close.
 	LeaveTimeout time.Duration
+	// LagLimit and LagTimeout find slow members (dynamic membership): a
+	// member whose lag behind the group (messages of the other senders
+	// that it has not delivered while another member has, from the
+	// STABLE reports every member sends the coordinator) stays above
+	// LagLimit (default Tuning.Window/2) for LagTimeout (default 5s) is
+	// reported on every member, itself included, as EventPeerLagging
+	// naming it and its lag. Then, by default, the group keeps waiting
+	// for it: stability, and so every sender, waits for what it has not
+	// delivered, and flow control (Tuning.Window) bounds what the senders
+	// hold meanwhile. With ExcludeLaggards the coordinator also suspects
+	// it and excludes it, as it would a failed member: the others go on,
+	// what they held for it is freed, and it rejoins as a new incarnation
+	// (EventLeft, then EventView), dropping what it had received and not
+	// delivered; with FetchState it fetches the application state again.
+	// A coordinator is reported, never excluded, for lagging.
+	LagLimit        int
+	LagTimeout      time.Duration
+	ExcludeLaggards bool
 	// GetState writes the application state (state transfer provider): it
 	// is called on the agent goroutine with the protocol lock held, at a
 	// point where nothing is delivered until it returns, so the state and

@@ -30,7 +30,7 @@ const (
 	// consuming) has From messages of some sender received but not
 	// delivered, more than half the window; stability, and so every
 	// sender, will soon wait for it. Reported once per episode. (Lag of
-	// other members, seen by the coordinator, arrives with gms.)
+	// any member, seen by the coordinator: EventPeerLagging.)
 	EventLagging
 	// EventLeft: this member is no longer in the group: Err is nil after
 	// the graceful leave of Close, wraps gms.ErrExcluded when the group
@@ -47,6 +47,13 @@ const (
 	// coordinator that has already queued the suspect's exclusion keeps
 	// its suspicion (no EventUnsuspect). Stats.Unsuspicions counts them.
 	EventUnsuspect
+	// EventPeerLagging: Sender, a member of View (this member too), lags
+	// behind the group: From messages of the group's traffic it has not
+	// delivered while another member has, above
+	// Config.Membership.LagLimit for LagTimeout. Reported on every member
+	// once per episode (dynamic membership). With
+	// Config.Membership.ExcludeLaggards an EventView without it follows.
+	EventPeerLagging
 )
 
 // String names the kind.
@@ -66,6 +73,8 @@ func (k EventKind) String() string {
 		return "state"
 	case EventUnsuspect:
 		return "unsuspect"
+	case EventPeerLagging:
+		return "peerlagging"
 	}
 	return "unknown"
 }

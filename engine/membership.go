@@ -80,6 +80,9 @@ func (m *Member) newGMS() (*gms.GMS, error) {
 		ProbeTimeout:      cfg.ProbeTimeout,
 		ProbeAttempts:     cfg.ProbeAttempts,
 		LeaveTimeout:      cfg.LeaveTimeout,
+		LagLimit:          uint64(cfg.LagLimit),
+		LagTimeout:        cfg.LagTimeout,
+		LagExclude:        cfg.ExcludeLaggards,
 	}
 	if cfg.GetState != nil || cfg.SetState != nil {
 		gc.App = stateApp{m}
@@ -244,6 +247,31 @@ func (l *listener) Left(err error) {
 		// (messages still in the ring go out under it).
 		m.log.l.Warn("excluded from the group: rejoining", "self", m.Self())
 		a.rejoin = true
+		a.refetch = m.cfg.FetchState
+	}
+}
+
+// Lagging implements gms.LagListener: mem, a member of the view (this
+// one too), lags behind the group by lag messages; once per episode.
+func (l *listener) Lagging(mem digest.Member, lag uint64) {
+	m := (*Member)(l)
+	m.events.push(Event{Kind: EventPeerLagging, Sender: mem, From: lag, View: m.view.ID})
+}
+
+// refetchState asks for the application state again once a member that
+// was excluded (Config.Membership.FetchState) is back in a view with
+// others: what it had not delivered when it was excluded is gone, and
+// the state covers it (called after membership entry points).
+func (a *agent) refetchState(now time.Duration) {
+	m := a.m
+	if !a.refetch || m.g.Status() != gms.StatusMember {
+		return
+	}
+	a.refetch = false
+	if len(m.view.Members) > 1 {
+		if err := m.g.RequestState(now); err != nil {
+			m.log.l.Warn("state transfer after rejoining", "err", err)
+		}
 	}
 }
 

@@ -29,11 +29,12 @@ const (
 	DefaultDrainTimeout   = 5 * time.Second
 	DefaultHeartbeat      = 500 * time.Millisecond
 	DefaultSuspectTimeout = 5 * time.Second
-	// DefaultProbeTimeout, DefaultProbeAttempts, DefaultLeaveTimeout, DefaultDiscoveryTimeout
-	// and DefaultDiscoveryRounds are dynamic membership's.
+	// DefaultProbeTimeout, DefaultProbeAttempts, DefaultLeaveTimeout, DefaultLagTimeout,
+	// DefaultDiscoveryTimeout and DefaultDiscoveryRounds are dynamic membership's.
 	DefaultProbeTimeout     = 150 * time.Millisecond
 	DefaultProbeAttempts    = 3
 	DefaultLeaveTimeout     = 2 * time.Second
+	DefaultLagTimeout       = 5 * time.Second
 	DefaultDiscoveryTimeout = 100 * time.Millisecond
 	DefaultDiscoveryRounds  = 3
 	DefaultDeliverBatch     = 1024
