@@ -182,6 +182,19 @@
 // retries another member; the provider holds its capture for twice that, so
 // nothing the requester may still install is ever purged under it.
 //
+// # Slow members
+//
+// With Config.LagLimit set, the coordinator asks the protocol (LagSource)
+// once per heartbeat how far each member lags behind the group (nakack:
+// from the STABLE reports). A member above LagLimit for LagTimeout is a
+// laggard: the coordinator's heartbeats name it with its lag (a digest
+// section: Delivered its lag, Received the episode's number) until its
+// lag is LagLimit/2 or less, and every member that hears of an episode
+// reports it once (LagListener). With LagExclude the coordinator then
+// suspects and excludes it through the usual view change, one heartbeat
+// after naming it, and keeps naming it for a few heartbeats more. See
+// laggard.go.
+//
 // # Wire
 //
 // Membership datagrams use wire's common 24-byte header with the types wire
