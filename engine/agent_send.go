@@ -70,16 +70,15 @@ func (a *agent) drainSend(now time.Duration) int {
 			m.signalSpace()
 		}
 		if isAborted(a.pend[a.pendI]) {
+			m.q.aborts.Add(-1)
 			a.pend[a.pendI] = nil
 			a.pendI++
 			continue
 		}
-		run := a.pend[a.pendI:a.pendN]
-		k := 1
-		for k < len(run) && !isAborted(run[k]) {
-			k++
+		pls := a.pend[a.pendI:a.pendN]
+		if m.q.aborts.Load() > 0 {
+			pls = pls[:nextAborted(pls)]
 		}
-		pls := run[:k]
 		_, n, err := p.SendBatch(pls, now)
 		if err != nil && !errors.Is(err, nakack.ErrBackPressure) {
 			// The first message is refused for good: drop it.
@@ -115,6 +114,16 @@ func (a *agent) drainSend(now time.Duration) int {
 	}
 	a.drainSeq, a.drainBundles = p.NextSeq(), p.Bundles()
 	return work
+}
+
+// nextAborted returns the index of the first aborted slot in run after
+// its first (len(run) if none): the run SendBatch takes at once.
+func nextAborted(run [][]byte) int {
+	k := 1
+	for k < len(run) && !isAborted(run[k]) {
+		k++
+	}
+	return k
 }
 
 // holdBack records why the protocol took less than it was given and reports
@@ -200,7 +209,7 @@ func (a *agent) noteSent(pls [][]byte, ring bool, now time.Duration) {
 	if len(pls) == 0 {
 		return
 	}
-	if q := a.m.q; ring {
+	if q := a.m.q; ring && q.bigOut.Load() > 0 {
 		for j, pl := range pls {
 			if q.isBig(pl) {
 				q.release(pl)

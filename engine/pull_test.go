@@ -127,6 +127,11 @@ func TestClaimCommitAbort(t *testing.T) {
 	require.Equal(t, 3, rec.count[m.Self()])
 	require.Empty(t, rec.errs)
 	require.Equal(t, uint64(3), rec.last[m.Self()], "an aborted claim uses no protocol seqno")
+	// The agent skipped the aborted slot and returned the out-of-line
+	// buffer before it delivered what followed: its per-run passes are
+	// off again (sendQueue.aborts, bigOut).
+	require.Zero(t, m.q.aborts.Load())
+	require.Zero(t, m.q.bigOut.Load())
 	_, err := m.TryClaim(m.Config().Tuning.MaxMessage + 1)
 	require.ErrorIs(t, err, ErrTooLarge)
 	require.ErrorIs(t, m.TrySend(make([]byte, m.Config().Tuning.MaxMessage+1)), ErrTooLarge)

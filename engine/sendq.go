@@ -63,6 +63,13 @@ type sendQueue struct {
 	// claims without an atomic read-modify-write.
 	exclusive bool
 
+	// bigOut counts the out-of-line buffers handed out and not yet
+	// returned, aborts the aborted claims committed and not yet skipped by
+	// the agent: each is raised before the slot's commit (so seen by the
+	// agent once it polls that slot), and while one is 0 the agent skips
+	// its per-message pass over a polled run (noteSent, drainSend).
+	bigOut, aborts atomic.Int64
+
 	// parked is set by the agent before it blocks in the kernel; a
 	// producer that commits while it is set wakes the agent.
 	parked atomic.Bool
@@ -135,6 +142,7 @@ func (q *sendQueue) commit(seq uint64, buf []byte) {
 // buffer.
 func (q *sendQueue) abort(seq uint64, buf []byte) {
 	q.release(buf)
+	q.aborts.Add(1)
 	q.commit(seq, aborted)
 }
 
@@ -184,6 +192,7 @@ func (q *sendQueue) isBig(p []byte) bool { return len(p) > q.inline }
 // the producer of an aborted claim); inline and aborted slots are left.
 func (q *sendQueue) release(p []byte) {
 	if q.isBig(p) {
+		q.bigOut.Add(-1)
 		p = p[:cap(p)]
 		q.big[bits.Len(uint(cap(p)))-1].put(p)
 	}
@@ -191,6 +200,7 @@ func (q *sendQueue) release(p []byte) {
 
 func (q *sendQueue) getBig(n int) []byte {
 	c := bits.Len(uint(n - 1)) // 1<<c >= n
+	q.bigOut.Add(1)
 	if b := q.big[c].get(); b != nil {
 		return b[:n]
 	}
