@@ -321,7 +321,9 @@ type Protocol struct {
 
 	fl  flow      // flow control and rate limit (flow.go)
 	one [1][]byte // Send's payload as a run, for admit
-	lag lagState  // delivery backlog (lag.go)
+	// dgramPls holds SendDatagram's payloads as a run (MaxBundle entries).
+	dgramPls [][]byte
+	lag      lagState // delivery backlog (lag.go)
 	// mlag: the members' lag behind the group, on the coordinator
 	// (peerlag.go).
 	mlag memberLags
@@ -362,6 +364,7 @@ func New(cfg Config) (*Protocol, error) {
 		chaseAt:      NoDeadline,
 	}
 	p.ownPend = make([]msg, cfg.MaxBundle)
+	p.dgramPls = make([][]byte, cfg.MaxBundle)
 	p.pscr = make([][]byte, 0, len(p.dscr))
 	p.own = p.addSender(cfg.Self, 0, cfg.SendWindow)
 	p.own.own = true

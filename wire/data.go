@@ -233,6 +233,32 @@ func (w *DataWriter) Grow(buf []byte) error {
 	return nil
 }
 
+// Adopt takes count messages that the caller wrote in place after the
+// fixed part, in the wire's per-message layout (a little-endian uint16
+// length, then the payload), ending at byte end of the buffer given to
+// Reset: the log-buffer publication's producers write a datagram's
+// messages before its header exists. It walks the length prefixes once
+// and fails with ErrMalformed, changing nothing, if they do not end at end,
+// if the messages do not fit before the trailer, or if messages were added
+// already.
+func (w *DataWriter) Adopt(count, end int) error {
+	if w.buf == nil || w.count != 0 || count < 1 || uint64(count) > w.maxCount || end > w.limit {
+		return ErrMalformed
+	}
+	off := w.off
+	for range count {
+		if end-off < MsgOverhead {
+			return ErrMalformed
+		}
+		off += MsgOverhead + int(binary.LittleEndian.Uint16(w.buf[off:]))
+	}
+	if off != end {
+		return ErrMalformed
+	}
+	w.off, w.count = end, count
+	return nil
+}
+
 // Count returns the number of messages added since Reset.
 func (w *DataWriter) Count() int { return w.count }
 
