@@ -33,6 +33,12 @@ type fdState struct {
 	reportSince time.Duration
 	// named is the view each member of ours named in its last heartbeat.
 	named map[digest.Member]digest.ViewID
+	// back is, for each member heard again after a silence of at least
+	// silence (half the SuspectTimeout), when it was: a member that was
+	// cut off from us may report suspicions that stem from the cut
+	// (onSuspect).
+	back    map[digest.Member]time.Duration
+	silence time.Duration
 }
 
 // inert is fdState.quiet's value for a member suspected because it does
@@ -49,8 +55,10 @@ type probeRun struct {
 	sent  int
 }
 
-func (f *fdState) init() {
+func (f *fdState) init(silence time.Duration) {
 	*f = fdState{
+		back:      make(map[digest.Member]time.Duration),
+		silence:   silence,
 		lastHeard: make(map[digest.Member]time.Duration),
 		probing:   make(map[digest.Member]time.Duration),
 		probes:    make(map[digest.Member]probeRun),
@@ -61,7 +69,10 @@ func (f *fdState) init() {
 }
 
 func (f *fdState) heard(m digest.Member, now time.Duration) {
-	if _, ok := f.lastHeard[m]; ok {
+	if last, ok := f.lastHeard[m]; ok {
+		if now-last >= f.silence {
+			f.back[m] = now
+		}
 		f.lastHeard[m] = now
 	}
 }
@@ -75,6 +86,7 @@ func (f *fdState) viewChanged(v View, now time.Duration) {
 			if !v.Contains(m) {
 				delete(f.lastHeard, m)
 				delete(f.named, m)
+				delete(f.back, m)
 			}
 			f.stopProbing(m)
 			delete(f.suspected, m)
@@ -442,9 +454,16 @@ func (g *GMS) onProbe(m *msg, now time.Duration) {
 	}
 }
 
-// onSuspect: the sender suspects members. A coordinator excludes them; a
-// member that the sender believes is next in line probes the coordinator
-// itself before taking over.
+// onSuspect: the sender suspects members. A coordinator excludes them,
+// unless the sender itself was cut off from us until lately (silent for
+// half the SuspectTimeout, heard again within the time it takes to
+// suspect) and we heard the suspect within the SuspectTimeout: then the
+// suspicion may stem from the cut that just healed (the sender probed
+// across it), and we verify it as our own (tickFD's probes: a suspect that
+// answers stays, one that does not is excluded ProbeAttempts×ProbeTimeout
+// later) rather than split the group for nothing. A member that the
+// sender believes is next in line probes the coordinator itself before
+// taking over.
 func (g *GMS) onSuspect(m *msg, now time.Duration) {
 	if g.status != StatusMember || m.view != g.view.ID {
 		return
@@ -454,22 +473,36 @@ func (g *GMS) onSuspect(m *msg, now time.Duration) {
 		return
 	}
 	if g.IsCoordinator() {
+		back, wasCut := g.fd.back[m.sender]
+		wasCut = wasCut && now-back < g.cfg.SuspectTimeout+time.Duration(g.cfg.ProbeAttempts+1)*g.cfg.ProbeTimeout
 		for _, s := range m.members {
-			if s != g.self.Member && g.view.Contains(s) {
-				g.queueExclusion(s)
+			if s == g.self.Member || !g.view.Contains(s) {
+				continue
 			}
+			if wasCut && now-g.fd.lastHeard[s] < g.cfg.SuspectTimeout {
+				g.verifySuspect(s, now)
+				continue
+			}
+			g.queueExclusion(s)
 		}
 		g.tryViewChange(now)
 		return
 	}
-	// Verify: probe each suspect we have not suspected ourselves.
 	for _, s := range m.members {
-		if p, ok := g.view.Peer(s); ok && s != g.self.Member && !g.fd.suspected[s] {
-			if _, probing := g.fd.probing[s]; !probing {
-				g.startProbing(p, now)
-				g.fd.lastHeard[s] = min(g.fd.lastHeard[s], now-g.cfg.SuspectTimeout)
-			}
-		}
+		g.verifySuspect(s, now)
+	}
+}
+
+// verifySuspect probes s, which another member suspects, unless we suspect
+// or probe it already: if it stays silent, tickFD suspects it.
+func (g *GMS) verifySuspect(s digest.Member, now time.Duration) {
+	p, ok := g.view.Peer(s)
+	if !ok || s == g.self.Member || g.fd.suspected[s] {
+		return
+	}
+	if _, probing := g.fd.probing[s]; !probing {
+		g.startProbing(p, now)
+		g.fd.lastHeard[s] = min(g.fd.lastHeard[s], now-g.cfg.SuspectTimeout)
 	}
 }
 

@@ -112,7 +112,7 @@ func New(cfg Config) (*GMS, error) {
 		prov:    make(map[uint64]*xferProv),
 	}
 	g.self = Peer{Member: digest.Member{ID: cfg.ID}, Addr: cfg.Addr}
-	g.fd.init()
+	g.fd.init(g.cfg.SuspectTimeout / 2)
 	return g, nil
 }
 
@@ -395,7 +395,7 @@ func (g *GMS) exit(reason error, now time.Duration) {
 	g.view = View{}
 	g.coord = coordState{}
 	g.leave = leaveState{}
-	g.fd.init()
+	g.fd.init(g.cfg.SuspectTimeout / 2)
 	clear(g.cuts)
 	clear(g.mcuts)
 	clear(g.open)

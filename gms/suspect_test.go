@@ -626,3 +626,40 @@ func TestCoordinatorKeepsQueuedExclusion(t *testing.T) {
 		})
 	}
 }
+
+// TestCutReporterSuspicionVerified (simulator, fake protocol, no loss): D
+// stops hearing B and C, and for a while A (the coordinator) stops hearing
+// D, as in a partition that heals just before D's probes of B and C run
+// out. D suspects B and C and reports it; A, which heard them throughout
+// and hears D again only since the cut, probes them itself instead of
+// excluding them: they answer, D hears them again once the cut heals, and
+// nobody is excluded.
+func TestCutReporterSuspicionVerified(t *testing.T) {
+	for seed := range uint64(seeds(20, 5)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h := newHarness(t, seed, sim.NetConfig{})
+			all := h.joinFour()
+			v := all[0].g.View()
+			vs := byView(v, all)
+			a, b, c, d := vs[0], vs[1], vs[2], vs[3]
+			st, pt := a.g.cfg.SuspectTimeout, a.g.cfg.ProbeTimeout
+			t0 := h.s.Now()
+			h.drop = func(from, to digest.Member, _ []byte) bool {
+				now := h.s.Now()
+				if to == d.Member() && (from == b.Member() || from == c.Member()) {
+					return now < t0+st+6*pt // D's probes of B and C run out first
+				}
+				return from == d.Member() && to == a.Member() && now >= t0+pt && now < t0+st+2*pt
+			}
+			h.runUntil(func() bool { return len(d.susp) >= 2 }, t0+st+6*pt, "D suspects B and C")
+			h.run(t0 + 4*st)
+			require.True(t, settled(all...), "settled")
+			for _, n := range all {
+				require.Equal(t, v.Members, n.g.View().Members, "node %d: nobody excluded", n.id)
+				require.Empty(t, n.left, "node %d", n.id)
+			}
+			require.Empty(t, a.susp, "A suspected nobody")
+			h.noErrors()
+		})
+	}
+}
