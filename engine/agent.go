@@ -110,6 +110,7 @@ func (a *agent) init(m *Member) {
 	a.drop = deliverer{m: m}
 	if m.cfg.Handler == nil {
 		a.dlv = newDelivery(&m.cfg)
+		a.dlv.superseded = &m.ctr.discardedOnRejoin
 		a.pullH = deliverer{m: m, h: a.dlv}
 	}
 }

@@ -44,6 +44,12 @@ type delivery struct {
 	// that makes room clears it and wakes the agent.
 	full atomic.Bool
 
+	// staleTo: the records below this count were written by an
+	// incarnation that was excluded with Config.Membership.FetchState:
+	// Poll drops them and counts them in superseded (Stats.DiscardedOnRejoin).
+	staleTo    atomic.Uint64
+	superseded *atomic.Uint64
+
 	// Poll side.
 	popped atomic.Uint64 // records consumed by Poll
 	// busy is set while a Poll reads (one at a time: another returns 0),
@@ -83,7 +89,7 @@ func newDelivery(cfg *settings) *delivery {
 	if err != nil {
 		panic(err) // a power of two >= 4096
 	}
-	return &delivery{r: r, maxRecs: uint64(recs)}
+	return &delivery{r: r, maxRecs: uint64(recs), superseded: new(atomic.Uint64)}
 }
 
 // deliveryRecords is how many records the delivery ring holds at most: an
@@ -211,14 +217,16 @@ func (d *delivery) poll(h Handler, limit int, wake func()) int {
 		}
 		s := digest.Member{Inc: binary.LittleEndian.Uint32(b[4:]), ID: binary.LittleEndian.Uint64(b[8:])}
 		seq := binary.LittleEndian.Uint64(b[16:])
-		switch b[0] {
-		case recMsg:
+		switch {
+		case d.popped.Load()+uint64(n) < d.staleTo.Load():
+			d.superseded.Add(1)
+		case b[0] == recMsg:
 			h.Deliver(s, seq, b[recMeta:])
-		case recRef:
+		case b[0] == recRef:
 			off := binary.LittleEndian.Uint32(b[recMeta:])
 			l := binary.LittleEndian.Uint32(b[recMeta+4:])
 			h.Deliver(s, seq, d.spill[off:off+l:off+l])
-		case recLost:
+		case b[0] == recLost:
 			h.Lost(s, seq, binary.LittleEndian.Uint64(b[recMeta:]))
 		}
 		n++
@@ -231,6 +239,18 @@ func (d *delivery) poll(h Handler, limit int, wake func()) int {
 		}
 	}
 	return n
+}
+
+// supersede marks every record written so far, in the ring or still
+// spilled, as covered by the state that a rejoin will fetch (an exclusion
+// with Config.Membership.FetchState): Poll drops them rather than hand the
+// application messages the state already holds, after it (agent side).
+func (d *delivery) supersede() {
+	n := d.pushed
+	for at := d.spillAt; at < len(d.spill); n++ {
+		at += 4 + int(binary.LittleEndian.Uint32(d.spill[at:]))
+	}
+	d.staleTo.Store(n)
 }
 
 // discard takes the Poll side for good once the agent has stopped (Close)

@@ -145,3 +145,33 @@ func TestDeliveryRingSize(t *testing.T) {
 		require.Equal(t, tc.bytes, d.r.Capacity(), "%+v", tc)
 	}
 }
+
+// TestDeliverySupersede: records written before an exclusion with
+// FetchState, in the ring and in the spill, are dropped by Poll and
+// counted; those written after it (the rejoined incarnation's) are handed
+// over in order.
+func TestDeliverySupersede(t *testing.T) {
+	cfg := settings{}
+	cfg.DeliverBatch, cfg.Window, cfg.InlineSize, cfg.MaxMessage = 64, 512, 1024, 1<<20 // 64 records
+	d := newDelivery(&cfg)
+	src := digest.Member{ID: 7, Inc: 2}
+	p := make([]byte, 100)
+	for i := range uint64(70) { // 64 in the ring, 6 spilled
+		d.Deliver(src, i+1, p)
+	}
+	d.Lost(src, 71, 72)
+	d.r.Publish()
+	require.False(t, d.idle(), "some records are spilled")
+	d.supersede()
+	d.Deliver(src, 1, p) // the new incarnation's first delivery waits behind the spill
+	d.Deliver(src, 2, p)
+	var got []uint64
+	h := HandlerFunc(func(_ digest.Member, seq uint64, _ []byte) { got = append(got, seq) })
+	for range 10 {
+		d.poll(h, 50, func() {})
+		d.flush()
+		d.r.Publish()
+	}
+	require.Equal(t, []uint64{1, 2}, got)
+	require.Equal(t, uint64(71), d.superseded.Load())
+}

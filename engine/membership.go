@@ -248,6 +248,9 @@ func (l *listener) Left(err error) {
 		m.log.l.Warn("excluded from the group: rejoining", "self", m.Self())
 		a.rejoin = true
 		a.refetch = m.cfg.FetchState
+		if a.refetch && a.dlv != nil {
+			a.dlv.supersede() // the state fetched after the rejoin covers them
+		}
 	}
 }
 

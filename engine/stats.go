@@ -17,6 +17,7 @@ import (
 type counters struct {
 	delivered            atomic.Uint64
 	discardedOnClose     atomic.Uint64
+	discardedOnRejoin    atomic.Uint64
 	backPressure         atomic.Uint64
 	backPressureWaits    atomic.Uint64
 	protocolBackPressure atomic.Uint64
@@ -189,6 +190,11 @@ type Stats struct {
 	ReceiveErrors    uint64 // datagrams the protocol refused (also in Drops)
 	UnicastViaGroup  uint64 // unicasts sent through the group: no address for the destination (a static member not bound yet)
 	DiscardedOnClose uint64 // messages not polled when Close drained (pull mode)
+	// DiscardedOnRejoin counts records (messages, lost ranges) delivered
+	// by an incarnation that was then excluded with
+	// Config.Membership.FetchState and not polled before the exclusion:
+	// the state fetched after the rejoin covers them (pull mode).
+	DiscardedOnRejoin uint64
 	// Backlog is the largest number of messages of one sender received but
 	// not yet delivered (measured every 100ms): the application's lag.
 	// LaggingEpisodes counts EventLagging reports (backlog above Window/2).
@@ -273,6 +279,7 @@ func (m *Member) Stats() Stats {
 		ReceiveErrors:        m.ctr.receiveErrors.Load(),
 		UnicastViaGroup:      m.ctr.unicastViaGroup.Load(),
 		DiscardedOnClose:     m.ctr.discardedOnClose.Load(),
+		DiscardedOnRejoin:    m.ctr.discardedOnRejoin.Load(),
 		Backlog:              m.ctr.backlog.Load(),
 		LaggingEpisodes:      m.ctr.laggingEpisodes.Load(),
 		Suspicions:           m.ctr.suspicions.Load(),
