@@ -35,10 +35,10 @@ import (
 //     is a sender goroutine's (runSender).
 //
 // With ThreadingDedicated, what both goroutines touch they touch only
-// under the lock. The application's goroutines never take it: they meet
-// the agent through the publication ring (sends), the delivery ring (dlv:
-// Poll), atomic counters and the published snapshot (Stats) and view
-// (View).
+// under the lock. The application's goroutines never wait for it: they
+// meet the agent through the publication ring (sends), the delivery ring
+// (dlv: Poll), atomic counters and the snapshot published on demand
+// (Stats, which only tries the lock) and view (View).
 type agent struct {
 	m *Member
 	recvState
@@ -55,8 +55,6 @@ type agent struct {
 	drop  deliverer // closing in pull mode: discards
 	// dlv is pull mode's delivery ring to Member.Poll (nil in push mode).
 	dlv *delivery
-	// ticked: a timer (protocol or membership) ran this cycle.
-	ticked bool
 }
 
 // deliverer adapts the user's Handler to nakack.Handler, queueing lost
@@ -146,14 +144,13 @@ func (a *agent) doWork() (work int, deadline time.Duration, finished bool) {
 // sending, since a rejoin may replace the protocol; send; protocol timers
 // (not counted as work: a timer alone does not warrant the yield burst
 // before blocking); delivery; the outbox into the write batch; upkeep and
-// the next deadline; Close's drain and leave. A cycle that did anything
-// publishes the snapshot Stats reads (unlockProto).
+// the next deadline; Close's drain and leave. A cycle ending after a
+// Stats call publishes the snapshot it reads (unlockProto).
 func (a *agent) iterate() (work int, deadline time.Duration, finished bool) {
 	m := a.m
 	m.lockProto()
-	a.ticked = false
 	work, deadline, finished = a.parts()
-	m.unlockProto(work > 0 || a.ticked || a.closeSeen || m.proto == nil)
+	m.unlockProto()
 	return work, deadline, finished
 }
 
@@ -172,7 +169,6 @@ func (a *agent) parts() (work int, deadline time.Duration, finished bool) {
 	work += a.sendPart(now, p)
 	if p.NextDeadline() <= now {
 		p.Tick(now)
-		a.ticked = true
 	}
 	closing := m.closing.Load()
 	a.closeSeen = a.closeSeen || closing

@@ -33,7 +33,6 @@ func (a *agent) tickMembership(now time.Duration) {
 		a.inTick = true
 		g.Tick(now)
 		a.inTick = false
-		a.ticked = true
 	}
 	a.afterGMS(now)
 }

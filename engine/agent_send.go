@@ -311,7 +311,7 @@ func (a *agent) sendIterate() (work int, retry time.Duration) {
 	m := a.m
 	m.lockProto()
 	work, retry = a.sendParts()
-	m.unlockProto(work > 0)
+	m.unlockProto()
 	return work, retry
 }
 

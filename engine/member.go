@@ -341,7 +341,7 @@ func (m *Member) sendDirect(pls [][]byte) int {
 	}
 	m.lockProto()
 	n := a.sendDirect(pls)
-	m.unlockProto(n > 0)
+	m.unlockProto()
 	a.owner.Store(0)
 	if n > 0 {
 		m.ctr.sentDirect.Add(uint64(n))

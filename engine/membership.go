@@ -334,7 +334,7 @@ func (s stateApp) SetState(b []byte) error {
 func (m *Member) join(ctx context.Context) error {
 	m.lockProto()
 	err := m.g.Join(m.now())
-	m.unlockProto(true)
+	m.unlockProto()
 	if err != nil {
 		return err
 	}
@@ -354,11 +354,11 @@ func (m *Member) join(ctx context.Context) error {
 	}
 	m.lockProto()
 	if len(m.view.Members) < 2 {
-		m.unlockProto(false)
+		m.unlockProto()
 		return nil // the founder: nobody to ask
 	}
 	err = m.g.RequestState(m.now())
-	m.unlockProto(true)
+	m.unlockProto()
 	m.wakeAgent()
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrStateTransfer, err)

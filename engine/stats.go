@@ -243,13 +243,14 @@ type Stats struct {
 
 // Stats returns a snapshot of the counters. It takes no lock: the engine's
 // own counters are atomics, and what the agent owns (the protocol's and
-// membership's counters, the windows, view and peer lags) it reads from
-// the snapshot the agent publishes after each part of its work, waiting
-// for a part in progress to end (up to statsWait, which a Handler that
-// calls Stats waits). It allocates (the slices): call it at human rates.
+// membership's counters, the windows, view and peer lags) it reads from a
+// snapshot it asks for, which the agent publishes at the end of its part
+// in progress (up to statsWait, which a Handler that calls Stats waits),
+// or Stats itself when the agent holds no lock. It allocates (the
+// slices): call it at human rates.
 func (m *Member) Stats() Stats {
 	var snap protoSnap
-	m.board.settle(m.done)
+	m.request()
 	m.board.read(&snap)
 	now := m.now()
 	ps := snap.proto

@@ -12,10 +12,13 @@ import (
 
 // protoSnap is what Stats reads of the state the agent owns (the
 // protocol's and membership's counters, windows, view and peer lags, the
-// verifier's): the agent copies it into a statsBoard slot at the end of
-// each part of its work that may have changed it, so Stats never takes the
-// protocol lock. The engine's own counters are atomics Stats reads
-// directly.
+// verifier's). It is copied into a statsBoard slot on demand: a Stats call
+// asks for it, and the first of the agent's parts to end after the
+// request (or Stats itself, when no part holds the protocol lock) fills
+// and publishes it. A part that nobody asked about copies nothing: copying
+// the windows at the end of every part cost a request-response exchange
+// 4-14% of its median round trip. The engine's own counters are atomics
+// Stats reads directly.
 type protoSnap struct {
 	proto   nakack.Stats
 	gms     gms.Stats
@@ -40,46 +43,56 @@ type statsSlot struct {
 // checks it is still the published one (else it lets go and starts over:
 // the agent may be rewriting it) and copies it out.
 //
-// begun and ended count the agent's parts under the protocol lock (see
-// Member.lockProto): a part in progress (begun > ended) may be changing
-// what the snapshot shows, and Stats waits for its end (settle), so that
-// it shows at least what a handler or an event of that part saw.
+// want counts the snapshots Stats asked for, served the requests the
+// last publication answered: a publication made after request r (want
+// reached r) shows every part that ended before Stats was called, and
+// what a handler or an event of a part in progress then saw.
 type statsBoard struct {
-	slots [4]statsSlot
-	cur   atomic.Int32
-	begun atomic.Uint64
-	ended atomic.Uint64
+	slots  [4]statsSlot
+	cur    atomic.Int32
+	want   atomic.Uint64
+	served atomic.Uint64
 }
 
-// statsWait bounds Stats's wait for the agent's part in progress (see
-// settle): the part runs the Handler in push mode, and a Handler that
-// calls Stats waits this long, then reads the last snapshot.
+// statsWait bounds Stats's wait for its snapshot (see request): the
+// agent's part runs the Handler in push mode, and a Handler that calls
+// Stats waits this long, then reads the last snapshot.
 const statsWait = 100 * time.Millisecond
 
 // lockProto takes the protocol lock for a part of the agent's work (a
 // duty cycle, the dedicated sender's iteration, a direct send, Open's
 // join). The lock serialises the agent's own goroutines (the receiver and
 // the sender with ThreadingDedicated, Open's goroutine while it joins);
-// the application's Poll and Stats never take it.
+// the application's Poll never takes it, and Stats only tries it (see
+// request).
 func (m *Member) lockProto() {
 	m.mu.Lock()
-	m.board.begun.Add(1)
 }
 
-// unlockProto publishes the snapshot when the part may have changed it
-// (changed), ends the part and releases the lock.
-func (m *Member) unlockProto(changed bool) {
-	if changed {
-		m.publishStats()
-	}
-	m.board.ended.Add(1)
+// unlockProto publishes the snapshot if a Stats call asked for one since
+// the last publication, and releases the lock.
+func (m *Member) unlockProto() {
+	m.serveStats()
 	m.mu.Unlock()
+}
+
+// serveStats publishes the snapshot when a request is pending (under the
+// protocol lock): two atomic loads when none is.
+func (m *Member) serveStats() {
+	b := &m.board
+	w := b.want.Load()
+	if w == b.served.Load() {
+		return
+	}
+	if m.publishStats() {
+		b.served.Store(w)
+	}
 }
 
 // publishStats copies the agent's state into a free slot and publishes it
 // (under the protocol lock). With every slot being read it publishes
-// nothing: the next part does.
-func (m *Member) publishStats() {
+// nothing and returns false: the next part does.
+func (m *Member) publishStats() bool {
 	b := &m.board
 	cur := b.cur.Load()
 	for i := range b.slots {
@@ -89,8 +102,9 @@ func (m *Member) publishStats() {
 		}
 		m.fillSnap(&sl.s)
 		b.cur.Store(int32(i))
-		return
+		return true
 	}
+	return false
 }
 
 // fillSnap writes the snapshot into s, reusing its slices.
@@ -117,16 +131,22 @@ func (m *Member) fillSnap(s *protoSnap) {
 	s.auth = m.authStats()
 }
 
-// settle waits, for at most statsWait, until the agent's part in progress
-// when it was called (if any) has ended, or the agent has stopped.
-func (b *statsBoard) settle(done <-chan struct{}) {
-	target := b.begun.Load()
+// request asks for a snapshot and waits, for at most statsWait, until one
+// made after the request is published: by the end of the agent's part in
+// progress, or by request itself when it gets the protocol lock without
+// waiting (the agent is idle, stopped, or a simulator steps it between
+// calls). A Handler calling Stats inside a part waits statsWait, then
+// reads the last snapshot; so does a call when the agent has stopped
+// mid-part.
+func (m *Member) request() {
+	b := &m.board
+	r := b.want.Add(1)
 	var deadline time.Time
-	for i := 0; b.ended.Load() < target; i++ {
-		select {
-		case <-done:
-			return
-		default:
+	for i := 0; b.served.Load() < r; i++ {
+		if m.mu.TryLock() {
+			m.serveStats()
+			m.mu.Unlock()
+			continue
 		}
 		if i < 64 {
 			runtime.Gosched()
