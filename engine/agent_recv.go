@@ -106,7 +106,7 @@ func (a *agent) deliver(p *nakack.Protocol, closing bool) (work int) {
 // Poll that makes room wakes it (delivery.stall).
 func (a *agent) deliverPull(p *nakack.Protocol) (work int) {
 	d := a.dlv
-	d.stalled = false
+	d.begin()
 	work = d.flush()
 	for range maxDeliverRounds {
 		room := d.room()

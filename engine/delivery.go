@@ -38,7 +38,7 @@ type delivery struct {
 	spillAt int    // the next spilled record to move into the ring
 	lent    uint64 // a reference record is in the ring up to this count (0: none)
 	stalled bool   // this cycle stopped for want of room
-	stallAt uint64 // popped when it stopped
+	stallAt uint64 // popped when the part that stopped began
 
 	// full is set by the agent when it stops for want of room; the Poll
 	// that makes room clears it and wakes the agent.
@@ -114,11 +114,21 @@ func (d *delivery) room() int {
 // from the protocol.
 func (d *delivery) idle() bool { return len(d.spill) == 0 }
 
+// begin starts a delivery part (agent side): what Poll consumes from now
+// on counts as progress if the part stalls (see stall).
+func (d *delivery) begin() {
+	d.stalled = false
+	d.stallAt = d.popped.Load()
+}
+
 // stall notes that the agent stopped for want of room: the next Poll that
-// consumes wakes it (see progressed).
+// consumes wakes it (see progressed). Progress counts from the part's
+// begin, not from here: Poll may have consumed everything the part
+// published, the record a spilled message lent included, after the part
+// looked (flush keeps the spill while that record is unread) and before
+// it stalls; no later Poll would consume anything, so none would wake it.
 func (d *delivery) stall() {
 	d.stalled = true
-	d.stallAt = d.popped.Load()
 	d.full.Store(true)
 }
 

@@ -85,7 +85,7 @@ func TestDeliveryRing(t *testing.T) {
 		defer close(done)
 		rng := rand.New(rand.NewPCG(3, 4))
 		for i := uint64(0); i < total; {
-			d.stalled = false
+			d.begin()
 			d.flush()
 			if room := d.room(); d.idle() && room > 0 {
 				for k := min(room, 1+rng.IntN(80)); k > 0 && i < total; k-- {
@@ -124,6 +124,39 @@ func TestDeliveryRing(t *testing.T) {
 	<-done // the agent has stopped, as Close's discard expects
 	require.Zero(t, d.poll(c, 10, func() {}))
 	require.Zero(t, d.discard())
+}
+
+// TestDeliveryStallAfterDrain: a part that moved a spilled message's
+// reference into the ring keeps the spill until Poll has read it; when
+// Poll reads it (and everything else) between the part's publication and
+// its stall, no later Poll consumes anything to wake the agent, so the
+// stall must see that progress (TestDeliveryRing hung once under -race
+// in make test, its producer waiting and its consumer finding nothing).
+func TestDeliveryStallAfterDrain(t *testing.T) {
+	cfg := settings{}
+	cfg.DeliverBatch, cfg.Window, cfg.InlineSize, cfg.MaxMessage = 64, 512, 1024, 1<<20
+	d := newDelivery(&cfg)
+	src := digest.Member{ID: 7, Inc: 2}
+	big := make([]byte, d.r.MaxRecord()+1000)
+	d.begin()
+	d.Deliver(src, 1, big) // above the largest record: spilled, lent by reference
+	require.Equal(t, 1, d.flush())
+	d.r.Publish()
+	var got []uint64
+	h := HandlerFunc(func(_ digest.Member, seq uint64, p []byte) {
+		require.Len(t, p, len(big))
+		got = append(got, seq)
+	})
+	woken := 0
+	require.Equal(t, 1, d.poll(h, 10, func() { woken++ })) // Poll drains the ring
+	require.False(t, d.idle(), "the spill is kept until the part looks again")
+	d.stall()
+	require.True(t, d.progressed(), "Poll consumed after the part began: the agent must not block")
+	require.Zero(t, woken, "nobody had stalled when Poll ran")
+	d.begin() // the next part
+	d.flush()
+	require.True(t, d.idle())
+	require.Equal(t, []uint64{1}, got)
 }
 
 // TestDeliveryRingSize: the ring holds Window/8 records in a buffer sized
