@@ -418,13 +418,20 @@ const (
 // FoldHash folds one delivered message (its seqno and payload) into the
 // order-sensitive hash h of SenderResult.Hash.
 func FoldHash(h, seq uint64, p []byte) uint64 {
+	return foldSum(h, seq, xxhash.Sum64(p), len(p))
+}
+
+// foldSum is FoldHash for a payload of n bytes whose xxhash is sum: a
+// delivery folds one sum into the stream's hash and its block's
+// (segment), so that the payload is hashed once, not twice.
+func foldSum(h, seq, sum uint64, n int) uint64 {
 	const (
 		p1 = 11400714785074694791
 		p2 = 14029467366897019727
 		p3 = 1609587929392839161
 		p4 = 9650029242287828579
 	)
-	x := xxhash.Sum64(p) ^ seq*p3 ^ uint64(len(p))*p4
+	x := sum ^ seq*p3 ^ uint64(n)*p4
 	return bits.RotateLeft64(h*p1^x, 31) * p2
 }
 
@@ -502,8 +509,9 @@ func (h *memberHandler) Deliver(sender digest.Member, seq uint64, p []byte) {
 		st.progress.Store(r.Delivered)
 	}
 	st.bytes += int64(len(p))
-	st.hash = FoldHash(st.hash, seq, p)
-	st.segment(seq, p)
+	sum := xxhash.Sum64(p)
+	st.hash = foldSum(st.hash, seq, sum, len(p))
+	st.segment(seq, sum, len(p))
 	if len(p) < MinMsgSize {
 		r.OutOfOrder++
 		return
@@ -550,13 +558,14 @@ func (st *recvState) follow(from, to uint64) bool {
 	return ok
 }
 
-// segment folds delivered message seq into its block's hash.
-func (st *recvState) segment(seq uint64, p []byte) {
+// segment folds delivered message seq (n bytes, xxhash sum) into its
+// block's hash.
+func (st *recvState) segment(seq, sum uint64, n int) {
 	if k := (seq - 1) / SegmentSeqnos; k != st.seg {
 		st.flushSegment()
 		st.seg = k
 	}
-	st.segHash = FoldHash(st.segHash, seq, p)
+	st.segHash = foldSum(st.segHash, seq, sum, n)
 	st.segN++
 }
 
@@ -588,12 +597,13 @@ func (h *memberHandler) recordSent(st *recvState, seq uint64, p []byte, last boo
 	r.Delivered++
 	r.LastSeq = seq
 	st.bytes += int64(len(p))
-	st.hash = FoldHash(st.hash, seq, p)
+	sum := xxhash.Sum64(p)
+	st.hash = foldSum(st.hash, seq, sum, len(p))
 	if r.Delivered%timelineStep == 0 || last {
 		st.progress.Store(r.Delivered)
 	}
 	st.follow(seq, seq)
-	st.segment(seq, p)
+	st.segment(seq, sum, len(p))
 	if last {
 		h.complete(st)
 	}
