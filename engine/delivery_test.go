@@ -130,8 +130,7 @@ func TestDeliveryRing(t *testing.T) {
 // reference into the ring keeps the spill until Poll has read it; when
 // Poll reads it (and everything else) between the part's publication and
 // its stall, no later Poll consumes anything to wake the agent, so the
-// stall must see that progress (TestDeliveryRing hung once under -race
-// in make test, its producer waiting and its consumer finding nothing).
+// stall must see that progress or the agent waits for ever.
 func TestDeliveryStallAfterDrain(t *testing.T) {
 	cfg := settings{}
 	cfg.DeliverBatch, cfg.Window, cfg.InlineSize, cfg.MaxMessage = 64, 512, 1024, 1<<20

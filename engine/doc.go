@@ -123,7 +123,8 @@
 // Stats through atomic counters and a snapshot of the protocol's and
 // membership's state, published on demand (by the agent at the end of
 // the part that is running when Stats asks, or by Stats itself when a
-// TryLock finds the agent idle); View through the view the agent publishes on each change;
+// TryLock finds the agent idle); View through the view the agent
+// publishes on each change;
 // events through the event queue, which a poll of an empty queue reads
 // without its lock. The protocol lock serialises the agent's own
 // goroutines (ThreadingDedicated's sender and receiver, Open's join); the

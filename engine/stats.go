@@ -241,13 +241,13 @@ type Stats struct {
 	Socket transport.Stats
 }
 
-// Stats returns a snapshot of the counters. It takes no lock: the engine's
-// own counters are atomics, and what the agent owns (the protocol's and
-// membership's counters, the windows, view and peer lags) it reads from a
-// snapshot it asks for, which the agent publishes at the end of its part
-// in progress (up to statsWait, which a Handler that calls Stats waits),
-// or Stats itself when the agent holds no lock. It allocates (the
-// slices): call it at human rates.
+// Stats returns a snapshot of the counters. It never waits for the
+// protocol lock: the engine's own counters are atomics, and what the
+// agent owns (the protocol's and membership's counters, the windows, view
+// and peer lags) it reads from a snapshot it asks for, which the agent
+// publishes at the end of its part in progress (up to statsWait, which a
+// Handler that calls Stats waits), or Stats itself when a TryLock finds
+// the agent idle. It allocates (the slices): call it at human rates.
 func (m *Member) Stats() Stats {
 	var snap protoSnap
 	m.request()

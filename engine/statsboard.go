@@ -15,9 +15,9 @@ import (
 // verifier's). It is copied into a statsBoard slot on demand: a Stats call
 // asks for it, and the first of the agent's parts to end after the
 // request (or Stats itself, when no part holds the protocol lock) fills
-// and publishes it. A part that nobody asked about copies nothing (a
-// copy at the end of every part that changed state made the ping-pong's
-// median round trip up to 3% longer, same run). The engine's own
+// and publishes it. A part that nobody asked about copies nothing: the
+// copy walks the windows and peer lags, work a busy agent would do at
+// every part for a Stats call that comes at human rates. The engine's own
 // counters are atomics Stats reads directly.
 type protoSnap struct {
 	proto   nakack.Stats
