@@ -78,6 +78,15 @@ func (x *xsk) setup(c xskConfig) error {
 	if err != nil {
 		return fmt.Errorf("ebpf: UMEM of %d bytes: %w", n*c.frameSize, os.NewSyscallError("mmap", err))
 	}
+	// Write every UMEM byte once before the kernel sees it. MAP_POPULATE
+	// maps the pages, but a fresh member's receive frames were still slower
+	// on first use: a 64 B veth ping-pong took 23-25 us a round trip until
+	// the fill ring had gone round once (8,192 frames), 13-14 us after, with
+	// no minor faults counted; writing the whole UMEM here brought the
+	// first pass to 18-20 us (writing one byte a page helped less).
+	for i := range x.umem {
+		x.umem[i] = 0xff
+	}
 	reg := unix.XDPUmemReg{Addr: uint64(uintptr(unsafe.Pointer(&x.umem[0]))), Len: uint64(len(x.umem)), Size: uint32(c.frameSize)}
 	if err := setsockoptPtr(x.fd, unix.XDP_UMEM_REG, unsafe.Pointer(&reg), unsafe.Sizeof(reg)); err != nil {
 		if errors.Is(err, unix.ENOMEM) || errors.Is(err, unix.ENOBUFS) || errors.Is(err, unix.EPERM) {
