@@ -94,7 +94,7 @@ func (a *agent) init(m *Member) {
 	a.gaddrs = make(map[string]netip.AddrPort)
 	a.group = m.cfg.GroupID
 	a.small = m.cfg.MaxDatagram / 8
-	a.pend = make([][]byte, min(1024, m.cfg.RingCapacity))
+	a.initSend()
 	a.rw.init(2 * bs)
 	a.burst = bs
 	a.dedicated = m.cfg.Threading == ThreadingDedicated
@@ -193,7 +193,8 @@ func (a *agent) cleanup() {
 			a.rbufs[i] = nil
 		}
 	}
-	for ; a.pendI < a.pendN; a.pendI++ {
-		a.m.q.release(a.pend[a.pendI])
+	if a.spare != nil {
+		a.spare.Release()
+		a.spare = nil
 	}
 }

@@ -80,7 +80,7 @@ func (a *agent) upkeep(now time.Duration, p *nakack.Protocol, work int) time.Dur
 // gets another); finished on Left.
 func (a *agent) drainClose(now time.Duration, p *nakack.Protocol, deadline time.Duration) (time.Duration, bool) {
 	m := a.m
-	if a.pendI != a.pendN || m.q.pub.Len() != 0 || a.unflushed {
+	if m.q.pending() || a.unflushed {
 		return deadline, false
 	}
 	drained := !a.leaveSent && p.Drained()

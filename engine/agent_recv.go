@@ -171,7 +171,7 @@ func (a *agent) readDue() bool {
 	if a.dedicated {
 		return true
 	}
-	if a.readLast && (a.unflushed || a.m.q.pub.Len() > 0) {
+	if a.readLast && (a.unflushed || a.m.q.pending()) {
 		a.readLast = false
 		return false
 	}

@@ -168,7 +168,7 @@ func (a *agent) block(deadline time.Duration) {
 		return
 	}
 	m.q.parked.Store(true)
-	if (m.q.pub.Len() > 0 && !a.protoFull) || a.stopped() || (m.closing.Load() && !a.closeSeen) || a.roomMade() {
+	if (m.q.pending() && !a.protoFull) || a.stopped() || (m.closing.Load() && !a.closeSeen) || a.roomMade() {
 		m.q.parked.Store(false)
 		return
 	}

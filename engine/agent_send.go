@@ -2,22 +2,30 @@ package engine
 
 import (
 	"errors"
+	"math"
 	"time"
 
 	"github.com/nakcast/nakcast/gms"
 	"github.com/nakcast/nakcast/nakack"
+	"github.com/nakcast/nakcast/wire"
 )
 
 // sendState is the send part's state (see agent).
 type sendState struct {
-	pend      [][]byte // payloads polled from the ring, not yet accepted by Send
-	burst     int      // datagrams bundled before a cycle writes them (the batch size)
-	sending   bool     // the last cycle handed messages to the protocol
-	pendFirst uint64
-	pendI     int
-	pendN     int
+	// pend and pendEnd are the payloads taken from the head term for
+	// SendBatch and each one's end in the term (logBuffer.fill).
+	pend      [][]byte
+	pendEnd   []int
+	burst     int  // datagrams bundled before a cycle writes them (the batch size)
+	sending   bool // the last cycle handed messages to the protocol
 	unflushed bool
 	bundleAt  time.Duration // when the open bundle got its first message
+	// spare is the buffer a term gets when SendDatagram adopts its own.
+	spare *wire.Buffer
+	// zcCount and zcBytes bound a term sent whole (SendDatagram): one the
+	// send window, flow control or the rate limit could never take at
+	// once goes through SendBatch, which takes a prefix.
+	zcCount, zcBytes int
 	// drainSeq and drainBundles are the protocol's NextSeq and Bundles
 	// when drainSend last ended (see streaming).
 	drainSeq, drainBundles uint64
@@ -30,12 +38,26 @@ type sendState struct {
 	sw wbatch
 }
 
-// sendPart hands the ring's committed messages to the protocol and
-// flushes the open bundle when the ring is idle (drainSend). With
+// initSend sizes the send part's state.
+func (a *agent) initSend() {
+	m := a.m
+	a.pend = make([][]byte, m.q.perTerm)
+	a.pendEnd = make([]int, m.q.perTerm)
+	a.zcCount, a.zcBytes = m.cfg.Window/2, math.MaxInt
+	if m.cfg.InFlightBytes > 0 {
+		a.zcBytes = m.cfg.InFlightBytes / 2
+	}
+	if m.cfg.RateLimit > 0 {
+		a.zcCount = 0
+	}
+}
+
+// sendPart hands the log buffer's committed messages to the protocol and
+// flushes the open bundle when the log buffer is idle (drainSend). With
 // ThreadingDedicated that is the sender goroutine's duty (runSender): the
 // cycle only wakes it when the protocol refused it and room may have been
 // made (a purge, or the receivers read more); waking it every cycle while
-// nothing moved would make it rescan its polled run and be refused again.
+// nothing moved would make it look again and be refused again.
 func (a *agent) sendPart(now time.Duration, p *nakack.Protocol) int {
 	if !a.dedicated {
 		return a.drainSend(now)
@@ -46,62 +68,77 @@ func (a *agent) sendPart(now time.Duration, p *nakack.Protocol) int {
 	return 0
 }
 
-// drainSend hands polled messages to the protocol until it holds them back
-// or the ring is empty, then flushes the open bundle if the ring is idle.
-// Messages go across in runs (nakack.SendBatch): the polled slots up to an
-// aborted claim, of which the protocol takes what its window, flow
-// control and rate limit let go; per message only the copy into the
-// bundle and the slot's release remain.
+// drainSend hands the log buffer's terms to the protocol, oldest first,
+// until it holds them back or the log buffer is empty (the agent seals the
+// open term when it reaches it: logBuffer.headTerm), then flushes the open
+// bundle if the log buffer is idle. A term at least a quarter full with
+// only inline messages goes as it is (nakack SendDatagram: no copy, no
+// per-message work but the protocol's bookkeeping of the run); any other
+// goes through SendBatch in runs up to an aborted claim, of which the
+// protocol takes what its window, flow control and rate limit let go.
 func (a *agent) drainSend(now time.Duration) int {
 	m := a.m
 	p := m.proto
+	q := m.q
 	work := 0
 	a.sending = false
 	if m.g.Status() != gms.StatusMember {
 		return 0 // leaving: nothing more goes out
 	}
 	for {
-		if a.pendI == a.pendN {
-			a.pendFirst, a.pendN = m.q.pub.Poll(a.pend)
-			a.pendI = 0
-			if a.pendN == 0 {
-				break
-			}
-			m.signalSpace()
+		t, end, count, sealed, ok := q.headTerm()
+		if !ok {
+			break
 		}
-		if isAborted(a.pend[a.pendI]) {
-			m.q.aborts.Add(-1)
-			a.pend[a.pendI] = nil
-			a.pendI++
+		if sealed && q.curOff == end {
+			q.recycle(t)
+			m.signalSpace()
 			continue
 		}
-		pls := a.pend[a.pendI:a.pendN]
-		if m.q.aborts.Load() > 0 {
-			pls = pls[:nextAborted(pls)]
+		if sealed && q.curOff == 0 && a.whole(t, end, count) {
+			took, stop := a.sendTerm(t, end, count, now)
+			if stop {
+				return work + a.flushHeld(now)
+			}
+			if took {
+				work += count
+				q.recycle(t)
+				m.signalSpace()
+				if len(p.Outbox()) >= a.burst {
+					return work
+				}
+				continue
+			}
 		}
+		k := q.fill(t, end, a.pend, a.pendEnd)
+		if k == 0 {
+			continue // skipped an aborted claim
+		}
+		pls := a.pend[:k]
 		_, n, err := p.SendBatch(pls, now)
 		if err != nil && !errors.Is(err, nakack.ErrBackPressure) {
 			// The first message is refused for good: drop it.
 			m.ctr.sendErrors.Add(1)
 			m.log.rateLimited("send", err)
-			m.q.release(pls[0])
-			pls[0] = nil
-			a.pendI++
+			q.release(pls[0])
+			q.advanceCursor(a.pendEnd, 1)
+			clear(pls)
 			continue
 		}
 		a.noteSent(pls[:n], true, now)
-		a.pendI += n
+		q.advanceCursor(a.pendEnd, n)
+		clear(pls)
 		work += n
-		if n < len(pls) && a.holdBack(p.Held()) {
+		if n < k && a.holdBack(p.Held()) {
 			return work + a.flushHeld(now)
 		}
 		if len(p.Outbox()) >= a.burst {
 			// A write batch's worth of datagrams: write them before
-			// bundling more (the ring is not idle, so the open bundle
-			// stays open). One iteration must not bundle what producers
-			// keep adding, up to a whole retention window, before it
-			// writes any of it or delivers the member's own messages
-			// (which stability waits for).
+			// bundling more (the log buffer is not idle, so the open
+			// bundle stays open). One iteration must not bundle what
+			// producers keep adding, up to a whole retention window,
+			// before it writes any of it or delivers the member's own
+			// messages (which stability waits for).
 			return work
 		}
 	}
@@ -116,14 +153,39 @@ func (a *agent) drainSend(now time.Duration) int {
 	return work
 }
 
-// nextAborted returns the index of the first aborted slot in run after
-// its first (len(run) if none): the run SendBatch takes at once.
-func nextAborted(run [][]byte) int {
-	k := 1
-	for k < len(run) && !isAborted(run[k]) {
-		k++
+// whole reports whether term t, sealed with count messages ending at end
+// and not yet taken from, goes to the protocol as it is: no out-of-line
+// or aborted message, at least a quarter full (a short datagram would pin
+// a MaxDatagram buffer until stable; SendBatch copies it into one of its
+// size), and within what the protocol can ever take at once.
+func (a *agent) whole(t *logTerm, end, count int) bool {
+	return !t.special.Load() && 4*end >= a.m.q.termBytes && count <= a.zcCount && end <= a.zcBytes
+}
+
+// sendTerm hands term t to the protocol as its datagram (SendDatagram):
+// took when it did (the term has the spare buffer now), stop when the
+// protocol holds it back (window, flow control): the agent retries later.
+// Neither: no spare buffer (the pool's budget), the term goes through
+// SendBatch.
+func (a *agent) sendTerm(t *logTerm, end, count int, now time.Duration) (took, stop bool) {
+	m := a.m
+	p := m.proto
+	if a.spare == nil {
+		if a.spare = m.pool.Get(m.cfg.MaxDatagram); a.spare == nil {
+			return false, false
+		}
 	}
-	return k
+	if _, err := p.SendDatagram(t.buf, count, wire.DataOverhead+end, now); err != nil {
+		if why := p.Held(); why != nil {
+			return false, a.holdBack(why)
+		}
+		return false, false
+	}
+	t.buf, a.spare = a.spare, nil
+	a.sending = true
+	a.protoFull = false
+	a.unflushed = false // SendDatagram flushed the open bundle first
+	return true, false
 }
 
 // holdBack records why the protocol took less than it was given and reports
@@ -186,7 +248,7 @@ func (a *agent) streaming() bool {
 func (a *agent) sendDirect(pls [][]byte) int {
 	m := a.m
 	p := m.proto
-	if p == nil || a.pendI != a.pendN || m.q.pub.Len() != 0 || len(p.Outbox()) >= a.burst {
+	if p == nil || m.q.pending() || len(p.Outbox()) >= a.burst {
 		return 0
 	}
 	if m.g.Status() != gms.StatusMember {
@@ -278,7 +340,7 @@ func (a *agent) runSender() {
 			continue
 		}
 		m.q.parked.Store(true)
-		if retry == 0 && m.q.pub.Len() > 0 {
+		if retry == 0 && m.q.pending() {
 			// A producer committed after drainSend looked.
 			m.q.parked.Store(false)
 			continue
@@ -332,7 +394,7 @@ func (a *agent) sendParts() (work int, retry time.Duration) {
 	if a.unflushed && m.cfg.BundleDelay > 0 {
 		retry = max(a.bundleAt+m.cfg.BundleDelay-now, time.Microsecond)
 	}
-	if held := a.pendI < a.pendN || m.q.pub.Len() > 0; held && !a.protoFull {
+	if held := m.q.pending(); held && !a.protoFull {
 		// The rate limit holds the ring (the protocol and flow control
 		// would have set protoFull and wait for a signal instead).
 		retry = rateLimitRetry

@@ -44,7 +44,7 @@ type Member struct {
 	joined  bool
 	joinCh  chan error
 	stateCh chan error
-	q       *sendQueue
+	q       *logBuffer
 	epoch   time.Time
 	step    *Stepping // a simulator drives this member (simhook.go)
 	log     *logger
@@ -161,11 +161,7 @@ func newMember(config Config, step *Stepping) (*Member, error) {
 	if cfg.Threading == ThreadingDedicated {
 		wake = m.wakeSender
 	}
-	m.q, err = newSendQueue(cfg.RingCapacity, cfg.InlineSize, cfg.ExclusiveSender, wake)
-	if err != nil {
-		tr.Close()
-		return nil, fmt.Errorf("open: %w", err)
-	}
+	m.q = newLogBuffer(cfg.RingCapacity, cfg.InlineSize, m.protoDatagram(), bundleMessages, cfg.ExclusiveSender, m.pool, cfg.MaxDatagram, wake)
 	if m.g, err = m.newMembership(); err != nil {
 		tr.Close()
 		return nil, fmt.Errorf("open: membership: %w", err)
@@ -458,18 +454,18 @@ func (m *Member) SendBatch(ctx context.Context, payloads [][]byte) (int, error) 
 func (m *Member) awaitSpace(ctx context.Context) error {
 	m.ctr.backPressureWaits.Add(1)
 	if m.invoked() {
-		return m.drive(ctx, func() bool { return m.q.pub.Free() > 0 })
+		return m.drive(ctx, m.q.hasRoom)
 	}
 	for range 64 {
 		runtime.Gosched()
-		if m.q.pub.Free() > 0 {
+		if m.q.hasRoom() {
 			return nil
 		}
 	}
 	m.waiters.Add(1)
 	defer m.waiters.Add(-1)
 	for {
-		if m.q.pub.Free() > 0 {
+		if m.q.hasRoom() {
 			if m.waiters.Load() > 1 {
 				m.offerSpace() // the others try the room that is left
 			}
@@ -534,7 +530,7 @@ func (m *Member) trySendQuiet(payload []byte) error {
 // was in its sendmmsg system call; the agent then waited for a processor
 // (on a veth bridge, 13% of its time).
 func (m *Member) signalSpace() {
-	if m.waiters.Load() == 0 || 2*m.q.pub.Free() < m.q.pub.Capacity() {
+	if m.waiters.Load() == 0 || 2*m.q.freeTerms() < int(m.q.nterms)-1 {
 		return
 	}
 	m.offerSpace()
@@ -555,9 +551,11 @@ func (m *Member) offerSpace() {
 // short.
 type Claim struct {
 	// Buf is the message's payload, of the length asked for.
-	Buf []byte
-	m   *Member
-	seq uint64
+	Buf  []byte
+	m    *Member
+	t    *logTerm
+	idx  int32 // the message's index in its term
+	need int32 // its bytes in the term
 }
 
 // TryClaim reserves the next message of n bytes in the publication ring and
@@ -572,20 +570,21 @@ func (m *Member) TryClaim(n int) (Claim, error) {
 	if m.closing.Load() {
 		return Claim{}, ErrClosed
 	}
-	seq, buf, ok := m.q.claim(n)
+	need := m.q.entrySize(n)
+	t, off, idx, ok := m.q.claim(need, 1)
 	if !ok {
 		m.ctr.backPressure.Add(1)
 		return Claim{}, ErrBackPressure
 	}
-	return Claim{Buf: buf, m: m, seq: seq}, nil
+	return Claim{Buf: m.q.place(t, off, idx, n), m: m, t: t, idx: int32(idx), need: int32(need)}, nil
 }
 
 // Commit publishes the claimed message.
-func (c Claim) Commit() { c.m.q.commit(c.seq, c.Buf) }
+func (c Claim) Commit() { c.m.q.commit(c.t, int(c.need)) }
 
 // Abort publishes nothing for the claim: the agent skips it (no protocol
 // seqno is used).
-func (c Claim) Abort() { c.m.q.abort(c.seq, c.Buf) }
+func (c Claim) Abort() { c.m.q.abort(c.t, int(c.idx), int(c.need), c.Buf) }
 
 // Poll delivers up to limit messages (and lost-range reports) to h on the
 // calling goroutine, in pull mode (Config.Handler nil), and returns how many

@@ -98,6 +98,7 @@ func (m *Member) newNakack(self digest.Member, stableIval time.Duration) (*nakac
 		Group:          cfg.GroupID,
 		Pool:           m.pool,
 		MaxDatagram:    m.protoDatagram(),
+		MaxBundle:      bundleMessages,
 		SendWindow:     cfg.Window,
 		RecvWindow:     2 * cfg.Window, // slack for a receiver that missed a STABILITY (purges late): fewer Full drops and repairs
 		MaxMessage:     cfg.MaxMessage,

@@ -17,3 +17,9 @@ func storeRelease(p *atomic.Uint64, v uint64) { storeRelease64((*uint64)(unsafe.
 
 //go:noescape
 func storeRelease64(p *uint64, v uint64)
+
+// StoreRelease stores v into *p with release ordering only (a plain MOV on
+// amd64; p.Store elsewhere and under the race detector): for a single
+// writer publishing what it wrote before, without the locked exchange of
+// atomic.Uint64.Store. Readers use p.Load.
+func StoreRelease(p *atomic.Uint64, v uint64) { storeRelease(p, v) }
