@@ -101,6 +101,7 @@ func (a *agent) drainSend(now time.Duration) int {
 				return work + a.flushHeld(now)
 			}
 			if took {
+				m.ctr.sentInPlace.Add(1)
 				work += count
 				q.recycle(t)
 				m.signalSpace()

@@ -467,13 +467,16 @@ type TuningConfig struct {
 	// PoolBytes bounds the bytes of outstanding datagram buffers; a
 	// receive when the pool is exhausted is a counted drop.
 	PoolBytes int64
-	// RingCapacity is the number of slots of the publication ring between
-	// senders and the agent (a power of two).
+	// RingCapacity sizes the log buffer between senders and the agent (a
+	// power of two): it holds at least RingCapacity messages of up to 64
+	// bytes, in terms of one datagram each (at most min(1024,
+	// RingCapacity/2) messages a term; a power of two of terms, at least
+	// 2). Larger messages fill its terms sooner.
 	RingCapacity int
-	// InlineSize is how many payload bytes a publication slot holds
-	// inline; larger messages use a pooled buffer. The ring's arenas are
-	// 2 * RingCapacity * (InlineSize + 128) bytes: payloads up to 128
-	// bytes live in a compact arena of their own.
+	// InlineSize is the largest payload written in place in the log
+	// buffer (and sent without a copy); larger ones (and those a datagram
+	// cannot carry) go out of line, in a pooled buffer the agent copies
+	// into the bundle or fragments.
 	InlineSize int
 }
 

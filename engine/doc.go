@@ -63,14 +63,27 @@
 // # Runtime
 //
 // Publishing goroutines hand messages to the agent through a lock-free
-// multi-producer ring (ring.Publication) whose slots are 16 bytes (length
-// and an optional out-of-line buffer). Payloads up to 128 bytes are copied
-// into a compact arena of 2*RingCapacity 128-byte slots indexed by seqno,
-// payloads up to Config.Tuning.InlineSize into one of 2*RingCapacity InlineSize
-// slots (twice the ring, so the agent can still read a polled batch while
-// producers refill the ring); larger ones into buffers from per-size free
-// lists. Nothing is allocated per message. The agent hands runs of polled
-// messages to the protocol in one call (nakack.SendBatch).
+// log buffer (Aeron's, kept in datagrams): a small ring of terms, each one
+// datagram's buffer, into which producers write their messages directly
+// in the wire's layout (a length, then the payload) after the room for
+// the DATA header. A producer claims space in the open term with one
+// compare-and-swap on the term's packed state word (offset and message
+// count; a plain store with Config.Agent.ExclusiveSender), writes its
+// message in place and commits with an atomic add of its bytes to the
+// term's committed count. A message that does not fit seals the term and
+// moves to the next; when every term is in flight the claim fails
+// (back-pressure: TrySend's ErrBackPressure, Send's wait). The agent takes
+// a term once it is sealed and fully committed, and seals the open term
+// itself when it has caught up with the producers (so a lone message goes
+// out at its next iteration). A term at least a quarter full with only
+// inline messages becomes the datagram as it is (nakack.SendDatagram: the
+// protocol writes the header in place and retains the term's buffer until
+// stable; the term gets a fresh pool buffer): the agent touches no
+// message. Other terms go through nakack.SendBatch, which copies their
+// messages into the bundle (fragments, flow control's partial takes and
+// the rate limit take that path too). Payloads above
+// Config.Tuning.InlineSize go out of line, into buffers from per-size free
+// lists. Nothing is allocated per message.
 //
 // The agent runs the protocol in one duty cycle (Aeron's Agent.doWork;
 // Member.DoWork runs one): receive, send, and timers and lifecycle as
@@ -80,8 +93,8 @@
 // cycle it reads a batch of datagrams (recvmmsg) into pooled,
 // refcounted buffers, hands each to the protocol (and, in push mode,
 // delivers between datagrams so that STABLE digests report fresh delivered
-// counts), hands the ring's messages to the protocol's bundler and flushes
-// the open bundle as soon as the ring is empty (a lone message is never
+// counts), hands the log buffer's terms to the protocol and flushes
+// the open bundle as soon as the log buffer is empty (a lone message is never
 // held back unless Config.Tuning.BundleDelay asks), fires the protocol's timers
 // at its next deadline, and writes the protocol's outbox (sendmmsg) after
 // releasing the lock. Idle, it blocks in recvmmsg with a read deadline at
@@ -94,7 +107,7 @@
 // an agent that is not sending reads every iteration.
 //
 // With Config.Agent.Threading = ThreadingDedicated the duties split: a sender
-// goroutine drains the ring into the protocol and writes the bundles; the
+// goroutine drains the log buffer into the protocol and writes the datagrams; the
 // receiver goroutine does the rest (reads, timers, push delivery, what
 // they produce). They take the protocol lock in turn, one iteration each,
 // and write through the transport in turn. Producers then wake the sender
@@ -111,12 +124,12 @@
 // does, instead of an agent and an application goroutine a side. Send,
 // SendBatch, Receive and NextEvent run DoWork while they wait; Open (the
 // join) and Close (the drain and leave) run the agent on a goroutine of
-// their own. An iteration that finds the publication ring non-empty right
+// their own. An iteration that finds the log buffer non-empty right
 // after one that read sends first: the reply an application committed
 // between two DoWork calls does not wait behind a read.
 //
 // The application and the agent meet without a lock: sends through the
-// publication ring; deliveries in pull mode through a delivery ring
+// log buffer; deliveries in pull mode through a delivery ring
 // (ring.Records: the agent delivers into it as far as it has room, at most
 // an eighth of Config.Tuning.Window messages and 2 MiB ahead of the
 // application, and Poll reads it, one goroutine at a time);
@@ -151,8 +164,8 @@
 // of the STABLE reports that the coordinator's STABILITY carries back):
 // the in-flight limit protects the receivers' socket buffers, and under
 // loss it does not wait for repairs as stability does. Past either, the
-// agent holds further messages in the ring, and Send waits (TrySend
-// returns ErrBackPressure once the ring is full too). Stability rounds run
+// agent holds further messages in the log buffer, and Send waits (TrySend
+// returns ErrBackPressure once the log buffer is full too). Stability rounds run
 // every StableInterval and after StableBytes received (and, after a
 // repair, as soon as what it released is delivered); the coordinator
 // folds its own report every millisecond (locally, no datagram) so that a

@@ -2,10 +2,12 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nakcast/nakcast/wire"
 	"github.com/stretchr/testify/require"
@@ -329,4 +331,81 @@ func TestLogBufferNoAllocs(t *testing.T) {
 	run()
 	_ = r
 	require.Zero(t, testing.AllocsPerRun(100, run))
+}
+
+// TestSendInPlace: terms the producers filled while the agent was held
+// off go out as they were written (SentInPlace: nakack SendDatagram, no
+// copy), and both members deliver every message in order: the receiver
+// from the datagrams, the sender itself from the retained terms (unless
+// DiscardOwn). Shared and exclusive producers, TrySend, SendBatch and
+// TryClaim.
+func TestSendInPlace(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		exclusive, discard bool
+	}{{"shared", false, false}, {"exclusive", true, false}, {"discardown", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 4000
+			rec, own := newRecorder(n), newRecorder(n)
+			ms := openGroup(t, 2, func(i int, c *Config) {
+				c.Agent.ExclusiveSender = tc.exclusive
+				c.DiscardOwn = tc.discard
+				c.Handler = []*recorder{own, rec}[i]
+			})
+			s := ms[0]
+			gen := func(i int) []byte { return payloadOf(0, i, 32+i%64) }
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			for i := 0; i < n; {
+				s.mu.Lock() // the agent waits: the terms fill
+				for end := min(n, i+1500); i < end; {
+					switch i % 3 {
+					case 0:
+						if s.TrySend(gen(i)) != nil {
+							end = i
+							continue
+						}
+						i++
+					case 1:
+						k, _ := s.TrySendBatch([][]byte{gen(i), gen(i + 1)}[:min(2, n-i)])
+						if k == 0 {
+							end = i
+						}
+						i += k
+					default:
+						c, err := s.TryClaim(len(gen(i)))
+						if err != nil {
+							end = i
+							continue
+						}
+						copy(c.Buf, gen(i))
+						c.Commit()
+						i++
+					}
+				}
+				s.mu.Unlock()
+				if i < n {
+					require.NoError(t, s.Send(ctx, gen(i)))
+					i++
+				}
+			}
+			want := expectedHash(n, gen)
+			recs := []*recorder{rec}
+			if !tc.discard {
+				recs = append(recs, own)
+			}
+			for _, r := range recs {
+				select {
+				case <-r.cond:
+				case <-ctx.Done():
+					t.Fatalf("delivered %d of %d", r.total, n)
+				}
+				r.mu.Lock()
+				require.Empty(t, r.errs)
+				require.Equal(t, want, r.hash[s.Self()])
+				r.mu.Unlock()
+			}
+			require.GreaterOrEqual(t, s.Stats().SentInPlace, uint64(2))
+		})
+	}
 }

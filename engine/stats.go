@@ -23,6 +23,7 @@ type counters struct {
 	protocolBackPressure atomic.Uint64
 	flowControlWaits     atomic.Uint64
 	sentDirect           atomic.Uint64
+	sentInPlace          atomic.Uint64
 	datagramsIn          atomic.Uint64
 	datagramsOut         atomic.Uint64
 	socketErrors         atomic.Uint64
@@ -184,8 +185,12 @@ type Stats struct {
 	// Config.Tuning.InFlightBytes of this member's data were not yet stable.
 	FlowControlWaits uint64
 	// SentDirect counts messages TrySendBatch wrote straight into the
-	// protocol's bundle, past the publication ring (ThreadingInvoked).
-	SentDirect       uint64
+	// protocol's bundle, past the log buffer (ThreadingInvoked).
+	SentDirect uint64
+	// SentInPlace counts the log buffer's terms sent as they were
+	// written (one datagram each, with no copy: nakack SendDatagram);
+	// the other terms' messages are copied into bundles.
+	SentInPlace      uint64
 	SocketErrors     uint64 // read/write errors other than closing
 	ReceiveErrors    uint64 // datagrams the protocol refused (also in Drops)
 	UnicastViaGroup  uint64 // unicasts sent through the group: no address for the destination (a static member not bound yet)
@@ -276,6 +281,7 @@ func (m *Member) Stats() Stats {
 		ProtocolBackPressure: m.ctr.protocolBackPressure.Load(),
 		FlowControlWaits:     m.ctr.flowControlWaits.Load(),
 		SentDirect:           m.ctr.sentDirect.Load(),
+		SentInPlace:          m.ctr.sentInPlace.Load(),
 		SocketErrors:         m.ctr.socketErrors.Load(),
 		ReceiveErrors:        m.ctr.receiveErrors.Load(),
 		UnicastViaGroup:      m.ctr.unicastViaGroup.Load(),
