@@ -305,6 +305,7 @@ func benchLoopback(b *testing.B, size int, o loopOpts) {
 	s := ms[0].Stats()
 	r := ms[1].Stats()
 	b.ReportMetric(float64(s.Sent)/float64(max(s.Bundles, 1)), "msgs/datagram")
+	b.ReportMetric(float64(s.SentInPlace)/float64(max(s.Bundles, 1)), "in-place/datagram")
 	b.ReportMetric(float64(s.ProtocolBackPressure), "window-full")
 	b.ReportMetric(float64(r.Retransmitted+s.Retransmitted), "retransmitted")
 	b.ReportMetric(float64(s.FlowControlWaits), "flow-waits")

@@ -74,9 +74,14 @@ type logBuffer struct {
 
 	// Agent side: the head term's cursor (bytes and messages taken).
 	curOff, curIdx int
-	// lastEnd is the exclusive open term's committed end at the agent's
-	// last look (takeOpen: it takes a prefix once it stops growing).
+	// lastEnd is the open term's end at the agent's last look
+	// (headTerm: while producers stream, it waits until the term stops
+	// growing or fills).
 	lastEnd int
+	// sealedSelf says the agent sealed the head term; filled that the
+	// last term it finished was sealed by a producer (full): producers
+	// are streaming.
+	sealedSelf, filled bool
 
 	big []bigClass // class c holds *[]byte of cap 1<<c
 
@@ -450,7 +455,12 @@ func (q *logBuffer) getBig(n int) []byte {
 // ok is false when there is nothing to take yet: the head term is open
 // and empty (or, with ExclusiveSender, growing), or sealed with claims
 // not yet committed. In shared mode it seals the open term when that is
-// the head (the agent has caught up).
+// the head (the agent has caught up), at once when producers were not
+// streaming (the last term it finished was not full: a lone message goes
+// out now), else once the term stopped growing between two looks (a
+// stream fills its terms; sealing each time the agent catches up made
+// datagrams of 60% of a term and half of them too short to go in place:
+// 567 messages of 64 B a datagram against 989).
 func (q *logBuffer) headTerm() (t *logTerm, end, count int, sealed, ok bool) {
 	n := q.head.Load()
 	t = &q.terms[n&q.tmask]
@@ -465,15 +475,19 @@ func (q *logBuffer) headTerm() (t *logTerm, end, count int, sealed, ok bool) {
 			q.lastEnd = end
 			return t, end, count, false, false // nothing new
 		}
+		grown := end != q.lastEnd
+		q.lastEnd = end
 		if q.exclusive {
 			// Take the committed prefix once it stopped growing.
-			grown := end != q.lastEnd
-			q.lastEnd = end
 			return t, end, count, false, !grown && int(c) == end
+		}
+		if grown && q.filled {
+			return t, end, count, false, false
 		}
 		if !t.state.CompareAndSwap(s, s|sealedBit) {
 			continue
 		}
+		q.sealedSelf = true
 		q.advance(n) // room: n is the head
 	}
 }
@@ -496,6 +510,7 @@ func (q *logBuffer) recycle(t *logTerm) {
 	t.committed.Store(0)
 	t.state.Store(termState(n + q.nterms))
 	q.curOff, q.curIdx, q.lastEnd = 0, 0, 0
+	q.filled, q.sealedSelf = !q.sealedSelf, false
 	q.head.Store(n + 1)
 }
 

@@ -174,7 +174,13 @@ func TestLogBufferSealWrapBackPressure(t *testing.T) {
 	require.True(t, stateSealed(q.terms[0].state.Load()))
 	require.Equal(t, 4, r.drain())
 	require.Equal(t, 1, q.putBatch(ps[4:]))
+	// Producers filled the terms before (streaming): the agent seals the
+	// open term once it stopped growing between two looks.
+	require.Zero(t, r.drain())
 	require.Equal(t, 1, r.drain())
+	require.True(t, q.put([]byte("x")))
+	require.Equal(t, 1, r.drain(), "not streaming: sealed at once")
+	r.got = r.got[:len(r.got)-1]
 	require.Equal(t, ps, r.got)
 }
 
