@@ -188,6 +188,27 @@ func expectedHash(n int, gen func(i int) []byte) uint64 {
 	return r.hash[s]
 }
 
+// requireHash waits until each recorder has delivered all it expects
+// (its cond closes), then checks that it saw no error and that from's
+// messages hash to want.
+func requireHash(ctx context.Context, t *testing.T, recs []*recorder, from digest.Member, want uint64) {
+	t.Helper()
+	for _, r := range recs {
+		select {
+		case <-r.cond:
+		case <-ctx.Done():
+			r.mu.Lock()
+			total := r.total
+			r.mu.Unlock()
+			t.Fatalf("delivered %d messages, then %v", total, ctx.Err())
+		}
+		r.mu.Lock()
+		require.Empty(t, r.errs)
+		require.Equal(t, want, r.hash[from])
+		r.mu.Unlock()
+	}
+}
+
 // payloadOf is the test payload of message i of sender k, size bytes
 // (at least 12).
 func payloadOf(k, i, size int) []byte {

@@ -400,17 +400,7 @@ func TestSendInPlace(t *testing.T) {
 			if !tc.discard {
 				recs = append(recs, own)
 			}
-			for _, r := range recs {
-				select {
-				case <-r.cond:
-				case <-ctx.Done():
-					t.Fatalf("delivered %d of %d", r.total, n)
-				}
-				r.mu.Lock()
-				require.Empty(t, r.errs)
-				require.Equal(t, want, r.hash[s.Self()])
-				r.mu.Unlock()
-			}
+			requireHash(ctx, t, recs, s.Self(), want)
 			require.GreaterOrEqual(t, s.Stats().SentInPlace, uint64(2))
 		})
 	}

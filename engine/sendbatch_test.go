@@ -47,17 +47,7 @@ func TestSendBatch(t *testing.T) {
 		require.Equal(t, len(batch), sent)
 	}
 	want := expectedHash(n, func(i int) []byte { return payloadOf(0, i, size(i)) })
-	for _, r := range []*recorder{rec0, rec1} {
-		select {
-		case <-r.cond:
-		case <-ctx.Done():
-			t.Fatalf("delivered %d of %d", r.total, n)
-		}
-		r.mu.Lock()
-		require.Empty(t, r.errs)
-		require.Equal(t, want, r.hash[ms[0].Self()])
-		r.mu.Unlock()
-	}
+	requireHash(ctx, t, []*recorder{rec0, rec1}, ms[0].Self(), want)
 
 	// Too large: the payloads before it are sent, the call stops there.
 	big := make([]byte, (1<<17)+1)
