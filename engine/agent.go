@@ -87,6 +87,7 @@ func (a *agent) init(m *Member) {
 	a.m = m
 	bs := m.tr.BatchSize()
 	a.rbufs = make([]*wire.Buffer, bs)
+	a.unfilled = bs
 	a.rbytes = make([][]byte, bs)
 	a.sizes = make([]int, bs)
 	a.srcs = make([]netip.AddrPort, bs)
@@ -193,6 +194,7 @@ func (a *agent) cleanup() {
 			a.rbufs[i] = nil
 		}
 	}
+	a.unfilled = len(a.rbufs)
 	if a.spare != nil {
 		a.spare.Release()
 		a.spare = nil

@@ -14,7 +14,12 @@ import (
 
 // recvState is the receive part's state (see agent).
 type recvState struct {
-	rbufs     []*wire.Buffer
+	rbufs []*wire.Buffer
+	// unfilled bounds the read slots that may hold no buffer: slots from
+	// it on do, so fill looks only at rbufs[:unfilled] (a read of n
+	// datagrams can empty only its first n slots). A spinning agent fills
+	// before every read, mostly after reads that found nothing.
+	unfilled  int
 	rbytes    [][]byte
 	sizes     []int
 	srcs      []netip.AddrPort
@@ -55,6 +60,7 @@ func (a *agent) receive(now time.Duration) int {
 		return 0
 	}
 	a.nread = 0
+	a.unfilled = max(a.unfilled, n)
 	m.ctr.datagramsIn.Add(uint64(n))
 	push := m.cfg.Handler != nil
 	for i := 0; i < n; i++ {
@@ -131,7 +137,7 @@ func (a *agent) deliverPull(p *nakack.Protocol) (work int) {
 // fill makes sure every read slot holds a buffer. It reports false when the
 // pool is over budget (the read is skipped this iteration and counted).
 func (a *agent) fill() bool {
-	for i, b := range a.rbufs {
+	for i, b := range a.rbufs[:a.unfilled] {
 		if b == nil {
 			b = a.m.pool.Get(a.m.cfg.MaxDatagram)
 			if b == nil {
@@ -142,6 +148,7 @@ func (a *agent) fill() bool {
 			a.rbytes[i] = b.B[:a.m.cfg.MaxDatagram]
 		}
 	}
+	a.unfilled = 0
 	return true
 }
 
