@@ -146,7 +146,7 @@ func parseMemberArgs(args []string, stderr io.Writer) (cfg MemberConfig, out str
 	batch := fs.Int("batch", 0, "send with SendBatch, this many messages a call (0 or 1: Send per message)")
 	timeout := fs.Duration("timeout", 0, "give up this long after sending starts (0: -duration or 10s, plus 30s)")
 	discardOwn := fs.Bool("discard-own", false, "a sender does not deliver its own messages (engine.Config.DiscardOwn); it records what it sent instead")
-	exclusive := fs.Bool("exclusive-sender", false, "one goroutine sends (engine.Config.Agent.ExclusiveSender): the publication ring claims without a compare-and-swap")
+	exclusive := fs.Bool("exclusive-sender", false, "one goroutine sends (engine.Config.Agent.ExclusiveSender): the log buffer claims and commits without atomic read-modify-writes")
 	noGSO := fs.Bool("no-gso", false, "UDP segmentation offload off (engine.Config.Transport.NoGSO)")
 	xdpMode := fs.String("xdp-mode", "", "with -transport xdp: where the XDP program attaches, native or generic (default: native where the driver can)")
 	noLoop := fs.Bool("no-loopback", false, "multicast loopback off (engine.Config.Transport.NoLoopback): only for a member alone in its host or namespace")

@@ -19,7 +19,7 @@ import (
 //
 //   - recvState (agent_recv.go): the read slots and the routing table; the
 //     goroutine that runs doWork.
-//   - sendState (agent_send.go): what was polled from the publication ring
+//   - sendState (agent_send.go): what was taken from the log buffer
 //     and the open bundle; the goroutine that runs doWork, or the sender
 //     goroutine with ThreadingDedicated.
 //   - lifeState (agent_life.go): membership, housekeeping, lag and Close's
@@ -36,7 +36,7 @@ import (
 //
 // With ThreadingDedicated, what both goroutines touch they touch only
 // under the lock. The application's goroutines never wait for it: they
-// meet the agent through the publication ring (sends), the delivery ring
+// meet the agent through the log buffer (sends), the delivery ring
 // (dlv: Poll), atomic counters and the snapshot published on demand
 // (Stats, which only tries the lock) and view (View).
 type agent struct {

@@ -165,7 +165,7 @@ const busyReadInterval = 20 * time.Microsecond
 // (a.sending belongs to the sender goroutine with ThreadingDedicated,
 // whose receiver goroutine always reads.)
 //
-// An iteration that finds messages in the publication ring (or an open
+// An iteration that finds messages in the log buffer (or an open
 // bundle: ThreadingInvoked's TrySendBatch writes into it) right after an
 // iteration that read sends them first, without reading: a reply the
 // application committed after the last iteration (ThreadingInvoked's

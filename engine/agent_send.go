@@ -235,7 +235,7 @@ func (a *agent) streaming() bool {
 
 // sendDirect is TrySendBatch with ThreadingInvoked when the calling
 // goroutine could take the agent (owner) and nothing waits in the
-// publication ring: the payloads go straight into the protocol's open
+// log buffer: the payloads go straight into the protocol's open
 // bundle, one copy, with no ring slot and no hand-over to the goroutine
 // that runs DoWork next (the same one, usually). For one message (TrySend)
 // taking the agent costs more than the ring's claim and publication, which
@@ -265,7 +265,7 @@ func (a *agent) sendDirect(pls [][]byte) int {
 }
 
 // noteSent records pls as taken by the protocol: the open bundle's start,
-// that this member is sending. ring says pls are the publication ring's
+// that this member is sending. ring says pls are the log buffer's
 // payloads, whose out-of-line buffers go back to their free lists now that
 // the protocol has copied them (sendDirect's are the caller's).
 func (a *agent) noteSent(pls [][]byte, ring bool, now time.Duration) {
@@ -316,7 +316,7 @@ func (a *agent) signalSender() {
 }
 
 // runSender is the sender goroutine of ThreadingDedicated: it hands the
-// publication ring's messages to the protocol (drainSend, under the lock),
+// log buffer's messages to the protocol (drainSend, under the lock),
 // writes the bundles it produced, and waits on sendWake when there is
 // nothing to do: producers signal it (through the send queue's parked
 // flag), the receiver goroutine does when the protocol refused for lack

@@ -9,7 +9,7 @@ import (
 )
 
 // TestIterationWritesBoundedBatches: an iteration bundles about one write
-// batch of datagrams before it writes them, also when the publication ring
+// batch of datagrams before it writes them, also when the log buffer
 // holds far more. The ring is filled while the agent is held off (the
 // protocol lock), so without the bound its next iteration would bundle the
 // whole ring (over 800 datagrams of 1472 B here) into one write.

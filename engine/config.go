@@ -418,7 +418,7 @@ type TuningConfig struct {
 	BundleBytes int
 	// BundleDelay is the longest a message may wait in an open bundle while
 	// more messages keep coming (default 0: the bundle is flushed only when
-	// it is full or when the publication ring goes idle, so a lone message
+	// it is full or when the log buffer goes idle, so a lone message
 	// never waits).
 	BundleDelay time.Duration
 	// NakDelay is the wait before the first retransmission request for a
@@ -498,13 +498,13 @@ type AgentConfig struct {
 	// ExclusiveSender promises that one goroutine at a time calls this
 	// member's send methods (Send, TrySend, SendBatch, TrySendBatch,
 	// TryClaim), handlers that send included: a single sending goroutine,
-	// or several ordered by a lock or a channel. The publication ring then
-	// claims slots with a plain load and store instead of an atomic
-	// compare-and-swap (Aeron's ExclusivePublication): a send costs less
-	// on the sending goroutine (ring.BenchmarkPublication) and the agent
-	// gets more of the CPU. Breaking the promise loses messages (two
-	// concurrent sends can take the same slot); the race detector reports
-	// it as a data race on the ring. Default false: any number of
+	// or several ordered by a lock or a channel. The log buffer then
+	// claims room and commits with plain loads and release stores instead
+	// of an atomic compare-and-swap and add (Aeron's ExclusivePublication):
+	// a send costs less on the sending goroutine and the agent gets more of
+	// the CPU. Breaking the promise loses messages (two concurrent sends
+	// can take the same room); the race detector reports it as a data race
+	// on the log buffer. Default false: any number of
 	// goroutines may send concurrently.
 	ExclusiveSender bool
 }

@@ -12,7 +12,7 @@ var (
 	// message names the field and the allowed range.
 	ErrInvalidConfig = errors.New("engine: invalid config")
 	// ErrBackPressure is returned by TrySend and TryClaim when the
-	// publication ring has no room: the agent has not drained it yet, or
+	// log buffer has no room: the agent has not drained it yet, or
 	// the protocol's retention window is full until stability purges it.
 	// It is the Aeron offer() contract: retry later, or use Send. It is
 	// nakack.ErrBackPressure, the protocol's own, so one errors.Is test

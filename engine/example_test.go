@@ -73,8 +73,8 @@ func (printer) Deliver(sender digest.Member, seq uint64, payload []byte) {
 }
 func (printer) Lost(sender digest.Member, from, to uint64) { fmt.Println("lost", from, to) }
 
-// SendBatch copies a batch of messages into the publication ring with one
-// atomic claim and one atomic publication (Send pays both per message),
+// SendBatch copies a batch of messages into the log buffer with one
+// claim and one commit per term it fills (Send pays both per message),
 // waiting under back-pressure like Send.
 func ExampleMember_SendBatch() {
 	var n atomic.Int64

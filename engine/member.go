@@ -249,7 +249,7 @@ func (m *Member) DoWork() int {
 
 // WaitWork blocks the calling goroutine, with ThreadingInvoked, until the
 // agent has something to do: a datagram arrived (it is read, for the next
-// DoWork), a message was committed to the publication ring, a protocol
+// DoWork), a message was committed to the log buffer, a protocol
 // timer is due, Close began, or timeout passed. An application loop calls
 // it when DoWork returned 0 instead of spinning or sleeping blindly (the
 // IdleBlock of an invoked member). It returns at once in other modes,
@@ -309,8 +309,8 @@ func (m *Member) now() time.Duration {
 	return time.Since(m.epoch)
 }
 
-// TrySend copies payload into the publication ring and returns at once:
-// ErrBackPressure when the ring is full (the agent has not caught up, or the
+// TrySend copies payload into the log buffer and returns at once:
+// ErrBackPressure when it is full (the agent has not caught up, or the
 // protocol's retention window is full until the group has delivered what it
 // holds), ErrTooLarge above Config.Tuning.MaxMessage, ErrClosed after Close began.
 // It does not allocate; payload may be reused as soon as it returns.
@@ -388,10 +388,10 @@ func (m *Member) Send(ctx context.Context, payload []byte) error {
 }
 
 // TrySendBatch is TrySend for several messages, in order: it copies the
-// longest prefix of payloads that fits in the publication ring now and
-// returns how many it took. The prefix is claimed with one atomic
-// operation (a plain store with Config.Agent.ExclusiveSender) and published
-// with one store, where TrySend pays both per message. err is
+// longest prefix of payloads that fits in the log buffer now and
+// returns how many it took. The prefix takes one claim and one commit per
+// term it fills (plain stores with Config.Agent.ExclusiveSender), where
+// TrySend pays both per message. err is
 // ErrBackPressure when the ring had room for fewer than all (n may be 0),
 // ErrTooLarge when payloads[n] exceeds Config.Tuning.MaxMessage (those before it
 // are taken), ErrClosed after Close. The payloads are copied: the caller
@@ -449,7 +449,7 @@ func (m *Member) SendBatch(ctx context.Context, payloads [][]byte) (int, error) 
 	}
 }
 
-// awaitSpace waits until the publication ring has room (or ctx ends, or
+// awaitSpace waits until the log buffer has room (or ctx ends, or
 // the member closes), as Send does: a short spin, then the agent's token.
 func (m *Member) awaitSpace(ctx context.Context) error {
 	m.ctr.backPressureWaits.Add(1)
@@ -544,7 +544,7 @@ func (m *Member) offerSpace() {
 	}
 }
 
-// Claim is a message being written in place in the publication ring: write
+// Claim is a message being written in place in the log buffer: write
 // the payload into Buf, then call Commit (or Abort) exactly once. Between
 // TryClaim and Commit nothing blocks, and the agent cannot hand later
 // messages to the protocol until this one is committed: keep the window
@@ -558,11 +558,12 @@ type Claim struct {
 	need int32 // its bytes in the term
 }
 
-// TryClaim reserves the next message of n bytes in the publication ring and
+// TryClaim reserves the next message of n bytes in the log buffer and
 // returns its payload area to be written in place (Aeron's tryClaim): it
-// saves the caller's copy. It returns ErrBackPressure at once when the ring
-// is full. (The protocol still copies the payload once into the outgoing
-// bundle: nakack has no claim API into its bundle yet.)
+// saves the caller's copy. It returns ErrBackPressure at once when the log
+// buffer is full. A term of in-place messages goes out as written; a
+// message above Tuning.InlineSize is written out of line and copied once
+// into its datagram.
 func (m *Member) TryClaim(n int) (Claim, error) {
 	if n < 0 || n > m.cfg.MaxMessage {
 		return Claim{}, ErrTooLarge

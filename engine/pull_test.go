@@ -129,7 +129,7 @@ func TestClaimCommitAbort(t *testing.T) {
 	require.Equal(t, uint64(3), rec.last[m.Self()], "an aborted claim uses no protocol seqno")
 	// The agent skipped the aborted slot and returned the out-of-line
 	// buffer before it delivered what followed: its per-run passes are
-	// off again (sendQueue.aborts, bigOut).
+	// off again (logBuffer.aborts, bigOut).
 	require.Zero(t, m.q.aborts.Load())
 	require.Zero(t, m.q.bigOut.Load())
 	_, err := m.TryClaim(m.Config().Tuning.MaxMessage + 1)

@@ -73,7 +73,7 @@ func (f *engineFlags) register(fs *flag.FlagSet, members int, duration time.Dura
 	fs.StringVar(&f.keyFile, "key-file", "", "group key file, one key a line as \"ID HEX\" (32 or 64 hex digits), the current key first (engine.Config.Keys): every datagram is authenticated; the key is never printed")
 	fs.BoolVar(&f.encrypt, "encrypt", false, "with -key-file, also encrypt datagram bodies (engine.Config.Encrypt)")
 	fs.BoolVar(&f.insecure, "insecure", false, "off loopback, run in open mode without a key (engine.Config.Insecure); namespace runs otherwise generate a key")
-	fs.BoolVar(&f.exclusive, "exclusive-sender", false, "each sender sends from one goroutine and says so (engine.Config.Agent.ExclusiveSender): its publication ring claims without a compare-and-swap")
+	fs.BoolVar(&f.exclusive, "exclusive-sender", false, "each sender sends from one goroutine and says so (engine.Config.Agent.ExclusiveSender): its log buffer claims and commits without atomic read-modify-writes")
 }
 
 // check validates the flags the way engine.Config would, naming the flag.
