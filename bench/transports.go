@@ -169,10 +169,10 @@ func compareRun(ctx context.Context, cfg TransportCompareConfig, tr string) (Tra
 // compareWarmup is the ping-pong's warm-up in a comparison: the usual
 // tenth of the count plus one pass over an AF_XDP member's fill ring
 // (ebpf.DefaultFrames round trips). A fresh AF_XDP member's receive frames
-// are slower on first use (docs/xdp.md, "The start-up transient"); with the
-// usual warm-up alone a 10,000 round-trip ping-pong measured that transient
-// (27 us against UDP's 19) rather than the steady state (15 against 20-24
-// over 100,000 round trips). The UDP rows get the same warm-up.
+// are slower on first use (docs/xdp.md, "The start-up transient"): with the
+// usual warm-up alone the ping-pong measures that transient rather than the
+// steady state. The UDP rows get the same warm-up, so both backends are
+// measured alike.
 func compareWarmup(count int) int { return count/10 + ebpf.DefaultFrames }
 
 // medianSample takes each figure's median over samples (the upper one of

@@ -79,11 +79,10 @@ func (x *xsk) setup(c xskConfig) error {
 		return fmt.Errorf("ebpf: UMEM of %d bytes: %w", n*c.frameSize, os.NewSyscallError("mmap", err))
 	}
 	// Write every UMEM byte once before the kernel sees it. MAP_POPULATE
-	// maps the pages, but a fresh member's receive frames were still slower
-	// on first use: a 64 B veth ping-pong took 23-25 us a round trip until
-	// the fill ring had gone round once (8,192 frames), 13-14 us after, with
-	// no minor faults counted; writing the whole UMEM here brought the
-	// first pass to 18-20 us (writing one byte a page helped less).
+	// maps the pages, yet a fresh member's receive frames are slower on
+	// first use, until the fill ring has gone round once, with no page
+	// faults counted; writing the whole UMEM here shortens that start-up
+	// transient more than touching one byte a page (docs/xdp.md).
 	for i := range x.umem {
 		x.umem[i] = 0xff
 	}

@@ -200,9 +200,6 @@ func (q *logBuffer) entrySize(n int) int {
 // false when the message does not fit and every term is in flight. The
 // caller writes the entries (place) and then commits exactly need bytes.
 func (q *logBuffer) claim(need, msgs int) (t *logTerm, off, idx int, ok bool) {
-	if q.exclusive {
-		return q.claimExclusive(need, msgs)
-	}
 	for {
 		n := q.open.Load()
 		t = &q.terms[n&q.tmask]
@@ -213,12 +210,12 @@ func (q *logBuffer) claim(need, msgs int) (t *logTerm, off, idx int, ok bool) {
 		if !stateSealed(s) {
 			off, cnt := stateOff(s), stateCount(s)
 			if off+need <= q.termBytes && cnt+msgs <= q.perTerm {
-				if t.state.CompareAndSwap(s, s+uint64(need)+uint64(msgs)<<cntShift) {
+				if q.setState(t, s, s+uint64(need)+uint64(msgs)<<cntShift) {
 					return t, off, cnt, true
 				}
 				continue
 			}
-			if !t.state.CompareAndSwap(s, s|sealedBit) {
+			if !q.setState(t, s, s|sealedBit) {
 				continue
 			}
 		}
@@ -228,41 +225,33 @@ func (q *logBuffer) claim(need, msgs int) (t *logTerm, off, idx int, ok bool) {
 	}
 }
 
+// setState moves t's state word from s to next for a producer: a
+// compare-and-swap (false: another producer or the agent changed it
+// first), or with ExclusiveSender a release store, no locked instruction:
+// the one producer is alone in writing the open term's state (the agent
+// does not seal in this mode).
+func (q *logBuffer) setState(t *logTerm, s, next uint64) bool {
+	if q.exclusive {
+		ring.StoreRelease(&t.state, next)
+		return true
+	}
+	return t.state.CompareAndSwap(s, next)
+}
+
 // advance opens term n+1 after the sealed term n, unless every term is in
-// flight (false). Another producer may have opened it already.
+// flight (false). Another producer may have opened it already; with
+// ExclusiveSender a release store does (the agent moves open only when the
+// open term is sealed and taken, recycle, to the value written here).
 func (q *logBuffer) advance(n uint64) bool {
 	if int64(n+1-q.head.Load()) >= int64(q.nterms) {
 		return false
 	}
-	q.open.CompareAndSwap(n, n+1)
-	return true
-}
-
-// claimExclusive is claim for one producer at a time: loads and release
-// stores, no locked instruction. The agent never writes the open term's
-// state in this mode, and open only when the open term is sealed and
-// taken (recycle), to the value the producer would write.
-func (q *logBuffer) claimExclusive(need, msgs int) (t *logTerm, off, idx int, ok bool) {
-	for {
-		n := q.open.Load()
-		t = &q.terms[n&q.tmask]
-		s := t.state.Load()
-		if stateID(s) != n&idMask {
-			continue // the agent moved open on (recycle)
-		}
-		if !stateSealed(s) {
-			off, cnt := stateOff(s), stateCount(s)
-			if off+need <= q.termBytes && cnt+msgs <= q.perTerm {
-				ring.StoreRelease(&t.state, s+uint64(need)+uint64(msgs)<<cntShift)
-				return t, off, cnt, true
-			}
-			ring.StoreRelease(&t.state, s|sealedBit)
-		}
-		if int64(n+1-q.head.Load()) >= int64(q.nterms) {
-			return nil, 0, 0, false
-		}
+	if q.exclusive {
 		ring.StoreRelease(&q.open, n+1)
+	} else {
+		q.open.CompareAndSwap(n, n+1)
 	}
+	return true
 }
 
 // claimRun claims the longest prefix of ps that fits in the open term (at
@@ -288,27 +277,18 @@ func (q *logBuffer) claimRun(ps [][]byte) (t *logTerm, off, idx, k, need int, ok
 				need += sz
 				k++
 			}
-			next := s
+			next := s | sealedBit
 			if k > 0 {
 				next = s + uint64(need) + uint64(k)<<cntShift
-			} else {
-				next = s | sealedBit
 			}
-			if q.exclusive {
-				ring.StoreRelease(&t.state, next)
-			} else if !t.state.CompareAndSwap(s, next) {
+			if !q.setState(t, s, next) {
 				continue
 			}
 			if k > 0 {
 				return t, off, cnt, k, need, true
 			}
 		}
-		if q.exclusive {
-			if int64(n+1-q.head.Load()) >= int64(q.nterms) {
-				return nil, 0, 0, 0, 0, false
-			}
-			ring.StoreRelease(&q.open, n+1)
-		} else if !q.advance(n) {
+		if !q.advance(n) {
 			return nil, 0, 0, 0, 0, false
 		}
 	}
@@ -458,9 +438,8 @@ func (q *logBuffer) getBig(n int) []byte {
 // the head (the agent has caught up), at once when producers were not
 // streaming (the last term it finished was not full: a lone message goes
 // out now), else once the term stopped growing between two looks (a
-// stream fills its terms; sealing each time the agent catches up made
-// datagrams of 60% of a term and half of them too short to go in place:
-// 567 messages of 64 B a datagram against 989).
+// stream fills its terms; sealing each time the agent catches up would
+// cut them short, and many too short to go in place).
 func (q *logBuffer) headTerm() (t *logTerm, end, count int, sealed, ok bool) {
 	n := q.head.Load()
 	t = &q.terms[n&q.tmask]
