@@ -183,6 +183,13 @@ func (a *agent) sendTerm(t *logTerm, end, count int, now time.Duration) (took, s
 		return false, false
 	}
 	t.buf, a.spare = a.spare, nil
+	// Write the term's new buffer before producers claim in it. A pool
+	// buffer comes back from retention long after its last use, its
+	// lines out of every cache; a producer's stores into cold lines make
+	// its next locked instruction (the claim's compare-and-swap, the
+	// commit's add) wait for them to complete, once a message. Written
+	// here they are cached, and the agent pays one clear a datagram.
+	clear(t.buf.B)
 	a.sending = true
 	a.protoFull = false
 	a.unflushed = false // SendDatagram flushed the open bundle first
