@@ -38,7 +38,9 @@ import (
 // A term that is at least a quarter full, with no out-of-line or aborted
 // message and taken whole, goes to nakack SendDatagram as it is: the
 // protocol adopts the buffer (it is the datagram and, until stable, the
-// retention of its messages) and the term gets a new one from the pool.
+// retention of its messages) and the term gets a new one from the pool,
+// which the agent clears first so that producers write into cached lines
+// (agent.sendTerm says why).
 // Any other term goes through SendBatch (one copy into the bundle), which
 // also handles fragments, flow control's partial takes and the rate limit.
 //
