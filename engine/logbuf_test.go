@@ -123,7 +123,7 @@ func TestLogBufferInPlace(t *testing.T) {
 	var w wire.DataWriter
 	h := wire.Header{Group: 1, Sender: testMembers(1)[0]}
 	require.NoError(t, w.Reset(tm.buf.B[:q.termBytes+wire.DataOverhead], h, testMembers(1)[0], 1))
-	require.NoError(t, w.Adopt(count, wire.DataOverhead+end))
+	require.NoError(t, w.Adopt(count, wire.DataOverhead+end, nil))
 	d := w.Finish()
 	hd, body, err := wire.DecodeHeader(d, 1)
 	require.NoError(t, err)

@@ -1,7 +1,6 @@
 package nakack
 
 import (
-	"encoding/binary"
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
@@ -34,33 +33,24 @@ func (p *Protocol) SendDatagram(b *wire.Buffer, count, end int, now time.Duratio
 		p.fl.held = ErrBackPressure
 		return 0, ErrBackPressure
 	}
+	// One walk over the length prefixes checks the layout and finds the
+	// payloads; Flush below does not move nextSeq (the open bundle's
+	// messages took their seqnos when added), so the header written now
+	// stays right.
+	first = p.nextSeq
 	var w wire.DataWriter
-	if err := w.Reset(b.B[:min(len(b.B), p.cfg.MaxDatagram)], p.hdr, p.self, p.nextSeq); err != nil {
-		return 0, err
-	}
-	if err := w.Adopt(count, end); err != nil {
+	if err := w.Reset(b.B[:min(len(b.B), p.cfg.MaxDatagram)], p.hdr, p.self, first); err != nil {
 		return 0, err
 	}
 	ps := p.dgramPls[:count]
-	off := wire.DataOverhead
-	for i := range ps {
-		n := int(binary.LittleEndian.Uint16(b.B[off:]))
-		off += wire.MsgOverhead
-		ps[i] = b.B[off : off+n : off+n]
-		off += n
-	}
 	defer clear(ps)
+	if err := w.Adopt(count, end, ps); err != nil {
+		return 0, err
+	}
 	if p.admit(ps, now) < count {
 		return 0, p.fl.held
 	}
 	p.Flush(now)
-	first = p.nextSeq
-	if err := w.Reset(b.B[:min(len(b.B), p.cfg.MaxDatagram)], p.hdr, p.self, first); err != nil {
-		return 0, err // unchanged since the first Reset: not reached
-	}
-	if err := w.Adopt(count, end); err != nil {
-		return 0, err
-	}
 	d := w.Finish()
 	p.storeOwnDatagram(b, ps, first)
 	p.emit(digest.Member{}, b, len(d))

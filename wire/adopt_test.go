@@ -10,7 +10,8 @@ import (
 // TestDataWriterAdopt: messages written in place after the fixed part and
 // adopted give the same datagram as the same messages appended; prefixes
 // that do not end at end, a count out of range, messages past the trailer
-// room or an adoption after Append are refused and change nothing.
+// room, a ps shorter than count or an adoption after Append are refused and
+// change nothing; ps gets the payloads as slices of the buffer.
 func TestDataWriterAdopt(t *testing.T) {
 	msgs := [][]byte{[]byte("one"), {}, make([]byte, 300), []byte("four")}
 	var want DataWriter
@@ -26,23 +27,28 @@ func TestDataWriterAdopt(t *testing.T) {
 		end += MsgOverhead + copy(buf[end+MsgOverhead:], m)
 	}
 	var w DataWriter
-	require.ErrorIs(t, w.Adopt(len(msgs), end), ErrMalformed, "before Reset")
+	require.ErrorIs(t, w.Adopt(len(msgs), end, nil), ErrMalformed, "before Reset")
 	require.NoError(t, w.Reset(buf, authHdr(mA, 3), mB, 40))
 	for _, bad := range []struct{ count, end int }{
 		{len(msgs), end - 1}, {len(msgs), end + 1}, {len(msgs) + 1, end}, {len(msgs) - 1, end}, {0, DataOverhead},
 	} {
-		require.ErrorIs(t, w.Adopt(bad.count, bad.end), ErrMalformed, "%+v", bad)
+		require.ErrorIs(t, w.Adopt(bad.count, bad.end, nil), ErrMalformed, "%+v", bad)
 		require.Zero(t, w.Count())
 	}
-	require.NoError(t, w.Adopt(len(msgs), end))
+	require.ErrorIs(t, w.Adopt(len(msgs), end, make([][]byte, len(msgs)-1)), ErrMalformed, "short ps")
+	require.Zero(t, w.Count())
+	ps := make([][]byte, len(msgs))
+	require.NoError(t, w.Adopt(len(msgs), end, ps))
+	require.Equal(t, msgs, ps)
+	require.Equal(t, &buf[DataOverhead+MsgOverhead], &ps[0][0], "in place")
 	require.Equal(t, len(msgs), w.Count())
 	require.Equal(t, uint64(44), w.Next())
 	require.Equal(t, want.Finish(), w.Finish())
-	require.ErrorIs(t, w.Adopt(1, end), ErrMalformed, "messages added already")
+	require.ErrorIs(t, w.Adopt(1, end, nil), ErrMalformed, "messages added already")
 
 	// Past the trailer room: the limit is the buffer less the trailer.
 	small := make([]byte, DataOverhead+MsgOverhead+4+TrailerLen)
 	binary.LittleEndian.PutUint16(small[DataOverhead:], 5)
 	require.NoError(t, w.Reset(small, authHdr(mA, 3), mB, 1))
-	require.ErrorIs(t, w.Adopt(1, DataOverhead+MsgOverhead+5), ErrMalformed)
+	require.ErrorIs(t, w.Adopt(1, DataOverhead+MsgOverhead+5, nil), ErrMalformed)
 }

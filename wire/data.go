@@ -237,20 +237,26 @@ func (w *DataWriter) Grow(buf []byte) error {
 // fixed part, in the wire's per-message layout (a little-endian uint16
 // length, then the payload), ending at byte end of the buffer given to
 // Reset: the log-buffer publication's producers write a datagram's
-// messages before its header exists. It walks the length prefixes once
-// and fails with ErrMalformed, changing nothing, if they do not end at end,
-// if the messages do not fit before the trailer, or if messages were added
-// already.
-func (w *DataWriter) Adopt(count, end int) error {
-	if w.buf == nil || w.count != 0 || count < 1 || uint64(count) > w.maxCount || end > w.limit {
+// messages before its header exists. It walks the length prefixes once,
+// putting each payload (a slice of the buffer) into ps when ps is not nil
+// (it must hold count), and fails with ErrMalformed, changing nothing but
+// ps, if they do not end at end, if the messages do not fit before the
+// trailer, if ps is too short or if messages were added already.
+func (w *DataWriter) Adopt(count, end int, ps [][]byte) error {
+	if w.buf == nil || w.count != 0 || count < 1 || uint64(count) > w.maxCount || end > w.limit ||
+		(ps != nil && len(ps) < count) {
 		return ErrMalformed
 	}
 	off := w.off
-	for range count {
+	for i := range count {
 		if end-off < MsgOverhead {
 			return ErrMalformed
 		}
-		off += MsgOverhead + int(binary.LittleEndian.Uint16(w.buf[off:]))
+		start := off + MsgOverhead
+		off = start + int(binary.LittleEndian.Uint16(w.buf[off:]))
+		if ps != nil && off <= end {
+			ps[i] = w.buf[start:off:off]
+		}
 	}
 	if off != end {
 		return ErrMalformed
