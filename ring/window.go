@@ -242,9 +242,15 @@ func (w *Window[T]) AddRun(first uint64, vals []T) RunResult {
 		r.Old += popcount(lost)
 		if fresh != 0 {
 			base := wi << 6
-			for x := fresh; x != 0; x &= x - 1 {
-				b := uint64(bits.TrailingZeros64(x))
-				w.slots[base+b] = vals[i+b-bit]
+			if fresh == m {
+				// The common case, a run in order: one copy of the span
+				// (one write-barrier check, not one a message).
+				copy(w.slots[idx:idx+s], vals[i:i+s])
+			} else {
+				for x := fresh; x != 0; x &= x - 1 {
+					b := uint64(bits.TrailingZeros64(x))
+					w.slots[base+b] = vals[i+b-bit]
+				}
 			}
 			w.present[wi].Or(fresh) // release, as in Add
 			r.Added += popcount(fresh)
