@@ -351,8 +351,17 @@ func (q *logBuffer) abort(t *logTerm, idx, need int, buf []byte) {
 	q.commit(t, need)
 }
 
-// put copies p into the log buffer: the whole TrySend path.
+// put copies p into the log buffer: the whole TrySend path (inlined
+// there).
 func (q *logBuffer) put(p []byte) bool {
+	if len(p) <= q.inline && q.putInline(p) {
+		return true
+	}
+	return q.putSlow(p)
+}
+
+// putSlow is put's general path.
+func (q *logBuffer) putSlow(p []byte) bool {
 	need := q.entrySize(len(p))
 	t, off, idx, ok := q.claim(need, 1)
 	if !ok {
@@ -360,6 +369,47 @@ func (q *logBuffer) put(p []byte) bool {
 	}
 	copy(q.place(t, off, idx, len(p)), p)
 	q.commit(t, need)
+	return true
+}
+
+// putInline is put's path for a message written in place into the open
+// term when it fits there (false: anything else, left to put's general
+// path, which seals a full term, opens the next and reports
+// back-pressure): claim, copy and commit in one function, without the
+// general path's calls (claim's loop, place and commit are not inlined)
+// and their several results: the most frequent path of a small-message
+// stream, at about half the instructions (scripts/callgrind.sh).
+func (q *logBuffer) putInline(p []byte) bool {
+	need := wire.MsgOverhead + len(p)
+	n := q.open.Load()
+	t := &q.terms[n&q.tmask]
+	s := t.state.Load()
+	// Not sealed and the open term's id, in one compare.
+	if s>>sealShift != (n&idMask)<<1 {
+		return false
+	}
+	off := stateOff(s)
+	if off+need > q.termBytes || stateCount(s) >= q.perTerm {
+		return false
+	}
+	next := s + uint64(need) + 1<<cntShift
+	if q.exclusive {
+		ring.StoreRelease(&t.state, next)
+	} else if !t.state.CompareAndSwap(s, next) {
+		return false
+	}
+	b := t.buf.B[wire.DataOverhead+off : wire.DataOverhead+off+need]
+	binary.LittleEndian.PutUint16(b, uint16(len(p)))
+	copy(b[wire.MsgOverhead:], p)
+	// commit, written out: it is not inlined.
+	if q.exclusive {
+		ring.StoreRelease(&t.committed, t.committed.Load()+uint64(need))
+	} else {
+		t.committed.Add(uint64(need))
+	}
+	if q.parked.Load() && q.parked.CompareAndSwap(true, false) {
+		q.wake()
+	}
 	return true
 }
 

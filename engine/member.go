@@ -321,7 +321,10 @@ func (m *Member) TrySend(payload []byte) error {
 	if m.closing.Load() {
 		return ErrClosed
 	}
-	if !m.q.put(payload) {
+	if len(payload) <= m.q.inline && m.q.putInline(payload) {
+		return nil // logBuffer.put's fast path, without its call
+	}
+	if !m.q.putSlow(payload) {
 		m.ctr.backPressure.Add(1)
 		return ErrBackPressure
 	}
