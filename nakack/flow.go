@@ -127,6 +127,33 @@ func (p *Protocol) admit(ps [][]byte, now time.Duration) int {
 	return len(ps)
 }
 
+// admitAll reports whether admit lets every message of a run go that
+// holds total payload bytes, the first of them firstLen long: true when
+// the run fits whole in flow control's room and the rate limit's tokens
+// (admit would take every message, and its effects are the same), false
+// when admit must look at the messages one by one to tell.
+func (p *Protocol) admitAll(total, firstLen uint64, now time.Duration) bool {
+	f := &p.fl
+	if f.limit == 0 && f.rate == 0 {
+		return true
+	}
+	if f.limit > 0 {
+		inflight := f.inFlight(p.GroupReceived())
+		if inflight > f.limit || total > f.limit-inflight {
+			return false
+		}
+	}
+	if f.rate > 0 {
+		f.tokens = min(f.tokens+f.rate*(now-f.tokensAt).Seconds(), max(f.burst, float64(firstLen)))
+		f.tokensAt = now
+		if float64(total) > f.tokens {
+			return false
+		}
+	}
+	f.waiting = false
+	return true
+}
+
 // took accounts for the messages ps just claimed from seqno first (one
 // seqno each, or, for a lone fragmented payload, through last): flow
 // control's cumulative bytes, the rate limit's tokens.

@@ -1,6 +1,7 @@
 package nakack
 
 import (
+	"encoding/binary"
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
@@ -33,44 +34,77 @@ func (p *Protocol) SendDatagram(b *wire.Buffer, count, end int, now time.Duratio
 		p.fl.held = ErrBackPressure
 		return 0, ErrBackPressure
 	}
-	// One walk over the length prefixes checks the layout and finds the
-	// payloads; Flush below does not move nextSeq (the open bundle's
-	// messages took their seqnos when added), so the header written now
-	// stays right.
+	// One walk over the length prefixes checks the layout (wire Adopt);
+	// admission needs only the payload bytes, which the layout gives
+	// without a walk, unless flow control or the rate limit is close to
+	// holding the datagram back (admitAll: then the payloads go to admit
+	// one by one, as SendBatch's do). Flush below does not move nextSeq
+	// (the open bundle's messages took their seqnos when added), so the
+	// header written now stays right.
 	first = p.nextSeq
 	var w wire.DataWriter
 	if err := w.Reset(b.B[:min(len(b.B), p.cfg.MaxDatagram)], p.hdr, p.self, first); err != nil {
 		return 0, err
 	}
-	ps := p.dgramPls[:count]
-	defer clear(ps)
-	if err := w.Adopt(count, end, ps); err != nil {
+	if err := w.Adopt(count, end, nil); err != nil {
 		return 0, err
 	}
-	if p.admit(ps, now) < count {
-		return 0, p.fl.held
+	total := uint64(end - wire.DataOverhead - count*wire.MsgOverhead)
+	if !p.admitAll(total, uint64(binary.LittleEndian.Uint16(b.B[wire.DataOverhead:])), now) {
+		ps := p.dgramPls[:count]
+		layoutPayloads(b.B, end, ps)
+		k := p.admit(ps, now)
+		clear(ps)
+		if k < count {
+			return 0, p.fl.held
+		}
 	}
 	p.Flush(now)
 	d := w.Finish()
-	p.storeOwnDatagram(b, ps, first)
+	p.storeOwnDatagram(b, count, end, first)
 	p.emit(digest.Member{}, b, len(d))
 	p.stats.Sent += uint64(count)
 	p.stats.Bundles++
 	p.sentData(now)
-	p.took(ps, first, p.nextSeq-1)
 	return first, nil
 }
 
-// storeOwnDatagram stores the messages ps, slices of b, as the own
-// seqnos first.. (one run of the own window, one dref for b) and advances
-// NextSeq past them.
-func (p *Protocol) storeOwnDatagram(b *wire.Buffer, ps [][]byte, first uint64) {
-	ref := p.newRef(b)
-	pend := p.ownPend[:len(ps)]
-	for i, pl := range ps {
-		pend[i] = msg{ref: ref, off: offsetIn(b, pl), n: uint32(len(pl))}
+// layoutPayloads puts into ps the payloads, slices of buf, of the len(ps)
+// messages laid out from wire.DataOverhead to end (checked by wire Adopt).
+func layoutPayloads(buf []byte, end int, ps [][]byte) {
+	off := wire.DataOverhead
+	for i := range ps {
+		start := off + wire.MsgOverhead
+		off = start + int(binary.LittleEndian.Uint16(buf[off:]))
+		ps[i] = buf[start:off:off]
 	}
-	p.nextSeq = first + uint64(len(ps))
+}
+
+// storeOwnDatagram stores the count messages laid out in b from
+// wire.DataOverhead to end (checked by wire Adopt) as the own seqnos
+// first.. (one run of the own window, one dref for b), advances NextSeq
+// past them and accounts for their bytes in flow control (took): one walk
+// over the length prefixes.
+func (p *Protocol) storeOwnDatagram(b *wire.Buffer, count, end int, first uint64) {
+	ref := p.newRef(b)
+	pend := p.ownPend[:count]
+	f := &p.fl
+	sent := f.sent
+	off := uint32(wire.DataOverhead)
+	for i := range pend {
+		n := uint32(binary.LittleEndian.Uint16(b.B[off:]))
+		pend[i] = msg{ref: ref, off: off + wire.MsgOverhead, n: n}
+		off += wire.MsgOverhead + n
+		sent += uint64(n)
+		if f.limit > 0 {
+			f.cum[(first+uint64(i))&f.mask] = sent
+		}
+	}
+	if f.rate > 0 {
+		f.tokens -= float64(sent - f.sent)
+	}
+	f.sent = sent
+	p.nextSeq = first + uint64(count)
 	r := p.own.win.AddRun(first, pend)
 	clear(pend)
 	p.holdRef(p.own, ref, r.Added, p.nextSeq-1)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -49,15 +50,18 @@ func trailerRoom(p *Protocol) int {
 }
 
 // TestSendDatagramEqualsSendBatch: messages written in place and sent with
-// SendDatagram give the same seqnos, datagrams, self-deliveries and
-// counters as SendBatch of the same runs each flushed, also when an open
-// bundle precedes (SendDatagram flushes it first).
+// SendDatagram give the same seqnos, datagrams, self-deliveries, counters
+// and bytes in flight (with flow control) as SendBatch of the same runs
+// each flushed, also when an open bundle precedes (SendDatagram flushes it
+// first).
 func TestSendDatagramEqualsSendBatch(t *testing.T) {
-	for _, maxBundle := range []int{8, 1024} {
+	for _, c := range []struct{ maxBundle, inFlight int }{{8, 0}, {1024, 0}, {1024, 1 << 20}} {
+		maxBundle := c.maxBundle
 		newP := func() *Protocol {
 			return viewedSender(t, func(cfg *Config) {
 				cfg.Pool = wire.NewPool(1400, 0)
 				cfg.MaxBundle = maxBundle
+				cfg.InFlightBytes = c.inFlight
 			})
 		}
 		rng := rand.New(rand.NewPCG(7, uint64(maxBundle)))
@@ -88,6 +92,7 @@ func TestSendDatagramEqualsSendBatch(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, first, gfirst)
 			require.Equal(t, ref.NextSeq(), got.NextSeq())
+			require.Equal(t, ref.InFlight(), got.InFlight())
 		}
 		require.Equal(t, takeOutbox(ref), takeOutbox(got))
 		var r1, r2 recorder
@@ -134,4 +139,67 @@ func TestSendDatagramRefuses(t *testing.T) {
 	require.ErrorIs(t, p.Held(), ErrBackPressure)
 	require.Equal(t, uint64(63), p.NextSeq())
 	b.Release()
+}
+
+// TestSendDatagramFlowControlAllOrNone: flow control and the rate limit
+// take a datagram whole or not at all, as SendBatch would count its
+// messages: within the room it goes; beyond it (also when it would fit
+// but for the bytes already in flight) nothing is taken and Held says
+// why, and the wait is counted once.
+func TestSendDatagramFlowControlAllOrNone(t *testing.T) {
+	p := viewedSender(t, func(cfg *Config) {
+		cfg.Pool = wire.NewPool(1400, 0)
+		cfg.InFlightBytes = 100
+	})
+	takeOutbox(p)
+	run := func(sizes ...int) [][]byte {
+		ps := make([][]byte, len(sizes))
+		for i, n := range sizes {
+			ps[i] = make([]byte, n)
+		}
+		return ps
+	}
+	send := func(ps [][]byte) error {
+		b, end := writeInPlace(t, p, ps)
+		_, err := p.SendDatagram(b, len(ps), end, 0)
+		if err != nil {
+			b.Release()
+		}
+		return err
+	}
+	// Nothing in flight: 60 of the 100 go.
+	require.NoError(t, send(run(20, 40)))
+	require.Equal(t, uint64(60), p.InFlight())
+	// 50 more would exceed: held whole.
+	require.ErrorIs(t, send(run(10, 40)), ErrFlowControl)
+	require.ErrorIs(t, p.Held(), ErrFlowControl)
+	require.Equal(t, uint64(3), p.NextSeq())
+	require.ErrorIs(t, send(run(50)), ErrFlowControl)
+	require.Equal(t, uint64(1), p.Stats().FlowControlWaits)
+	// 40 fit exactly.
+	require.NoError(t, send(run(0, 40)))
+	require.NoError(t, p.Held())
+	require.Equal(t, uint64(100), p.InFlight())
+	require.Equal(t, uint64(5), p.NextSeq())
+
+	// The rate limit: one datagram's burst (MaxDatagram bytes), then held
+	// until the tokens cover the next.
+	r := viewedSender(t, func(cfg *Config) {
+		cfg.Pool = wire.NewPool(1400, 0)
+		cfg.RateLimit = 10_000
+	})
+	takeOutbox(r)
+	sendAt := func(ps [][]byte, now time.Duration) error {
+		b, end := writeInPlace(t, r, ps)
+		_, err := r.SendDatagram(b, len(ps), end, now)
+		if err != nil {
+			b.Release()
+		}
+		return err
+	}
+	require.NoError(t, sendAt(run(600, 600), 0))
+	require.ErrorIs(t, sendAt(run(300), 0), ErrRateLimit)
+	require.Equal(t, uint64(3), r.NextSeq())
+	require.NoError(t, sendAt(run(300), 100*time.Millisecond)) // 200 left + 1000 added
+	require.Equal(t, uint64(4), r.NextSeq())
 }
