@@ -200,6 +200,11 @@ func (w *Window[T]) Add(seq uint64, v T) AddResult {
 	return Added
 }
 
+// bulkSpan is the shortest fresh span AddRun stores with one copy: below
+// it, the copy's call costs more than the assignments (a lone message of
+// a ping-pong).
+const bulkSpan = 8
+
 // AddRun inserts vals[i] at first+i for every seqno of the run that is
 // neither held, lost, nor at or below delivered, in one step: the run is
 // trimmed against what is held (a repair overlapping a held run stores only
@@ -242,7 +247,7 @@ func (w *Window[T]) AddRun(first uint64, vals []T) RunResult {
 		r.Old += popcount(lost)
 		if fresh != 0 {
 			base := wi << 6
-			if fresh == m {
+			if fresh == m && s >= bulkSpan {
 				// The common case, a run in order: one copy of the span
 				// (one write-barrier check, not one a message).
 				copy(w.slots[idx:idx+s], vals[i:i+s])
