@@ -27,6 +27,9 @@ type Member struct {
 	tr   transport.Transport
 	info transport.Info
 	pool *wire.Pool
+	// fastMax is the largest payload Send and TrySend write in place
+	// without their general path: min(InlineSize, MaxMessage).
+	fastMax int
 	// proto is the current incarnation's protocol: with dynamic
 	// membership it is created by gms on a join (newProtocol) and is nil
 	// while this member is not in a view. Guarded by mu.
@@ -162,6 +165,7 @@ func newMember(config Config, step *Stepping) (*Member, error) {
 		wake = m.wakeSender
 	}
 	m.q = newLogBuffer(cfg.RingCapacity, cfg.InlineSize, m.protoDatagram(), bundleMessages, cfg.ExclusiveSender, m.pool, cfg.MaxDatagram, wake)
+	m.fastMax = min(m.q.inline, cfg.MaxMessage)
 	if m.g, err = m.newMembership(); err != nil {
 		tr.Close()
 		return nil, fmt.Errorf("open: membership: %w", err)
@@ -321,7 +325,7 @@ func (m *Member) TrySend(payload []byte) error {
 	if m.closing.Load() {
 		return ErrClosed
 	}
-	if len(payload) <= m.q.inline && m.q.putInline(payload) {
+	if len(payload) <= m.fastMax && m.q.putInline(payload) {
 		return nil // logBuffer.put's fast path, without its call
 	}
 	if !m.q.putSlow(payload) {
@@ -353,6 +357,9 @@ func (m *Member) sendDirect(pls [][]byte) int {
 // from a Handler, nor, in pull mode, from the only goroutine that calls
 // Poll: delivery is what frees room (see Poll).
 func (m *Member) Send(ctx context.Context, payload []byte) error {
+	if len(payload) <= m.fastMax && !m.closing.Load() && m.q.putInline(payload) {
+		return nil // TrySend's fast path, without its call
+	}
 	err := m.TrySend(payload)
 	if err != ErrBackPressure {
 		return err
