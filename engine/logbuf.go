@@ -351,8 +351,8 @@ func (q *logBuffer) abort(t *logTerm, idx, need int, buf []byte) {
 	q.commit(t, need)
 }
 
-// put copies p into the log buffer: the whole TrySend path (inlined
-// there).
+// put copies p into the log buffer (Send and TrySend call its two paths
+// themselves).
 func (q *logBuffer) put(p []byte) bool {
 	if len(p) <= q.inline && q.putInline(p) {
 		return true
@@ -378,7 +378,7 @@ func (q *logBuffer) putSlow(p []byte) bool {
 // back-pressure): claim, copy and commit in one function, without the
 // general path's calls (claim's loop, place and commit are not inlined)
 // and their several results: the most frequent path of a small-message
-// stream, at about half the instructions (scripts/callgrind.sh).
+// stream.
 func (q *logBuffer) putInline(p []byte) bool {
 	need := wire.MsgOverhead + len(p)
 	n := q.open.Load()
@@ -401,7 +401,8 @@ func (q *logBuffer) putInline(p []byte) bool {
 	b := t.buf.B[wire.DataOverhead+off : wire.DataOverhead+off+need]
 	binary.LittleEndian.PutUint16(b, uint16(len(p)))
 	copy(b[wire.MsgOverhead:], p)
-	// commit, written out: it is not inlined.
+	// commit, written out: commit is too large to inline (its exclusive
+	// store is an assembly call) and this is the producer's hot path.
 	if q.exclusive {
 		ring.StoreRelease(&t.committed, t.committed.Load()+uint64(need))
 	} else {

@@ -319,20 +319,27 @@ func (m *Member) now() time.Duration {
 // holds), ErrTooLarge above Config.Tuning.MaxMessage, ErrClosed after Close began.
 // It does not allocate; payload may be reused as soon as it returns.
 func (m *Member) TrySend(payload []byte) error {
+	if m.sendInPlace(payload) {
+		return nil
+	}
 	if len(payload) > m.cfg.MaxMessage {
 		return ErrTooLarge
 	}
 	if m.closing.Load() {
 		return ErrClosed
 	}
-	if len(payload) <= m.fastMax && m.q.putInline(payload) {
-		return nil // logBuffer.put's fast path, without its call
-	}
 	if !m.q.putSlow(payload) {
 		m.ctr.backPressure.Add(1)
 		return ErrBackPressure
 	}
 	return nil
+}
+
+// sendInPlace is the fast path of Send and TrySend: a payload of at most
+// fastMax bytes (so never ErrTooLarge) written in place into the open
+// term, before Close began (false: anything else, for their general path).
+func (m *Member) sendInPlace(payload []byte) bool {
+	return len(payload) <= m.fastMax && !m.closing.Load() && m.q.putInline(payload)
 }
 
 // sendDirect is agent.sendDirect for TrySendBatch: how many of pls were
@@ -357,7 +364,7 @@ func (m *Member) sendDirect(pls [][]byte) int {
 // from a Handler, nor, in pull mode, from the only goroutine that calls
 // Poll: delivery is what frees room (see Poll).
 func (m *Member) Send(ctx context.Context, payload []byte) error {
-	if len(payload) <= m.fastMax && !m.closing.Load() && m.q.putInline(payload) {
+	if m.sendInPlace(payload) {
 		return nil // TrySend's fast path, without its call
 	}
 	err := m.TrySend(payload)

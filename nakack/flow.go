@@ -95,15 +95,10 @@ func (p *Protocol) admit(ps [][]byte, now time.Duration) int {
 	if f.limit == 0 && f.rate == 0 {
 		return len(ps)
 	}
-	room, inflight := uint64(math.MaxUint64), uint64(0)
-	if f.limit > 0 {
-		inflight = f.inFlight(p.GroupReceived())
-		room = f.limit - min(inflight, f.limit)
-	}
+	room, inflight := p.flowRoom()
 	tokens := math.Inf(1)
 	if f.rate > 0 {
-		f.tokens = min(f.tokens+f.rate*(now-f.tokensAt).Seconds(), max(f.burst, float64(len(ps[0]))))
-		f.tokensAt = now
+		f.refill(now, len(ps[0]))
 		tokens = f.tokens
 	}
 	var bytes uint64
@@ -137,21 +132,52 @@ func (p *Protocol) admitAll(total, firstLen uint64, now time.Duration) bool {
 	if f.limit == 0 && f.rate == 0 {
 		return true
 	}
-	if f.limit > 0 {
-		inflight := f.inFlight(p.GroupReceived())
-		if inflight > f.limit || total > f.limit-inflight {
-			return false
-		}
+	if room, _ := p.flowRoom(); total > room {
+		return false
 	}
 	if f.rate > 0 {
-		f.tokens = min(f.tokens+f.rate*(now-f.tokensAt).Seconds(), max(f.burst, float64(firstLen)))
-		f.tokensAt = now
-		if float64(total) > f.tokens {
+		if f.refill(now, int(firstLen)); float64(total) > f.tokens {
 			return false
 		}
 	}
 	f.waiting = false
 	return true
+}
+
+// flowRoom returns the payload bytes flow control lets go now (all, without
+// it) and the bytes in flight.
+func (p *Protocol) flowRoom() (room, inflight uint64) {
+	f := &p.fl
+	if f.limit == 0 {
+		return math.MaxUint64, 0
+	}
+	inflight = f.inFlight(p.GroupReceived())
+	return f.limit - min(inflight, f.limit), inflight
+}
+
+// refill adds the rate limit's tokens earned since the last refill, up to
+// a burst of one datagram (or of the next message, first bytes, when
+// larger).
+func (f *flow) refill(now time.Duration, first int) {
+	f.tokens = min(f.tokens+f.rate*(now-f.tokensAt).Seconds(), max(f.burst, float64(first)))
+	f.tokensAt = now
+}
+
+// account adds n payload bytes claimed by own seqno seq: flow control's
+// cumulative bytes.
+func (f *flow) account(seq, n uint64) {
+	f.sent += n
+	if f.limit > 0 {
+		f.cum[seq&f.mask] = f.sent
+	}
+}
+
+// spend takes the bytes claimed since the cumulative count was sent0
+// from the rate limit's tokens.
+func (f *flow) spend(sent0 uint64) {
+	if f.rate > 0 {
+		f.tokens -= float64(f.sent - sent0)
+	}
 }
 
 // took accounts for the messages ps just claimed from seqno first (one
@@ -162,19 +188,13 @@ func (p *Protocol) took(ps [][]byte, first, last uint64) {
 	if f.limit == 0 && f.rate == 0 {
 		return
 	}
-	sent, seq := f.sent, first
+	sent0, seq := f.sent, first
 	for _, pl := range ps {
-		sent += uint64(len(pl))
-		if f.limit > 0 {
-			f.cum[seq&f.mask] = sent
-		}
+		f.account(seq, uint64(len(pl)))
 		seq++
 	}
 	for ; f.limit > 0 && seq <= last; seq++ {
-		f.cum[seq&f.mask] = sent // the further fragments of a lone payload
+		f.cum[seq&f.mask] = f.sent // the further fragments of a lone payload
 	}
-	if f.rate > 0 {
-		f.tokens -= float64(sent - f.sent)
-	}
-	f.sent = sent
+	f.spend(sent0)
 }

@@ -51,8 +51,7 @@ func (p *Protocol) SendDatagram(b *wire.Buffer, count, end int, now time.Duratio
 	}
 	total := uint64(end - wire.DataOverhead - count*wire.MsgOverhead)
 	if !p.admitAll(total, uint64(binary.LittleEndian.Uint16(b.B[wire.DataOverhead:])), now) {
-		ps := p.dgramPls[:count]
-		layoutPayloads(b.B, end, ps)
+		ps := w.AppendPayloads(p.dgramPls[:0])
 		k := p.admit(ps, now)
 		clear(ps)
 		if k < count {
@@ -61,7 +60,7 @@ func (p *Protocol) SendDatagram(b *wire.Buffer, count, end int, now time.Duratio
 	}
 	p.Flush(now)
 	d := w.Finish()
-	p.storeOwnDatagram(b, count, end, first)
+	p.storeOwnDatagram(b, count, first)
 	p.emit(digest.Member{}, b, len(d))
 	p.stats.Sent += uint64(count)
 	p.stats.Bundles++
@@ -69,41 +68,24 @@ func (p *Protocol) SendDatagram(b *wire.Buffer, count, end int, now time.Duratio
 	return first, nil
 }
 
-// layoutPayloads puts into ps the payloads, slices of buf, of the len(ps)
-// messages laid out from wire.DataOverhead to end (checked by wire Adopt).
-func layoutPayloads(buf []byte, end int, ps [][]byte) {
-	off := wire.DataOverhead
-	for i := range ps {
-		start := off + wire.MsgOverhead
-		off = start + int(binary.LittleEndian.Uint16(buf[off:]))
-		ps[i] = buf[start:off:off]
-	}
-}
-
 // storeOwnDatagram stores the count messages laid out in b from
-// wire.DataOverhead to end (checked by wire Adopt) as the own seqnos
-// first.. (one run of the own window, one dref for b), advances NextSeq
-// past them and accounts for their bytes in flow control (took): one walk
+// wire.DataOverhead (checked by wire Adopt) as the own seqnos first..
+// (one run of the own window, one dref for b), advances NextSeq past them
+// and accounts for their bytes in flow control (as took does): one walk
 // over the length prefixes.
-func (p *Protocol) storeOwnDatagram(b *wire.Buffer, count, end int, first uint64) {
+func (p *Protocol) storeOwnDatagram(b *wire.Buffer, count int, first uint64) {
 	ref := p.newRef(b)
 	pend := p.ownPend[:count]
 	f := &p.fl
-	sent := f.sent
+	sent0 := f.sent
 	off := uint32(wire.DataOverhead)
 	for i := range pend {
 		n := uint32(binary.LittleEndian.Uint16(b.B[off:]))
 		pend[i] = msg{ref: ref, off: off + wire.MsgOverhead, n: n}
 		off += wire.MsgOverhead + n
-		sent += uint64(n)
-		if f.limit > 0 {
-			f.cum[(first+uint64(i))&f.mask] = sent
-		}
+		f.account(first+uint64(i), uint64(n))
 	}
-	if f.rate > 0 {
-		f.tokens -= float64(sent - f.sent)
-	}
-	f.sent = sent
+	f.spend(sent0)
 	p.nextSeq = first + uint64(count)
 	r := p.own.win.AddRun(first, pend)
 	clear(pend)

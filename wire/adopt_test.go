@@ -11,7 +11,8 @@ import (
 // adopted give the same datagram as the same messages appended; prefixes
 // that do not end at end, a count out of range, messages past the trailer
 // room, a ps shorter than count or an adoption after Append are refused and
-// change nothing; ps gets the payloads as slices of the buffer.
+// change nothing; ps gets the payloads as slices of the buffer, as
+// AppendPayloads does after an adoption or appends.
 func TestDataWriterAdopt(t *testing.T) {
 	msgs := [][]byte{[]byte("one"), {}, make([]byte, 300), []byte("four")}
 	var want DataWriter
@@ -43,6 +44,11 @@ func TestDataWriterAdopt(t *testing.T) {
 	require.Equal(t, &buf[DataOverhead+MsgOverhead], &ps[0][0], "in place")
 	require.Equal(t, len(msgs), w.Count())
 	require.Equal(t, uint64(44), w.Next())
+	// AppendPayloads gives the adopted (or appended) payloads in place.
+	require.Equal(t, msgs, w.AppendPayloads(nil))
+	require.Equal(t, &buf[DataOverhead+MsgOverhead], &w.AppendPayloads(nil)[0][0], "in place")
+	require.Equal(t, msgs, want.AppendPayloads(nil))
+	require.Empty(t, (&DataWriter{}).AppendPayloads(nil), "before Reset")
 	require.Equal(t, want.Finish(), w.Finish())
 	require.ErrorIs(t, w.Adopt(1, end, nil), ErrMalformed, "messages added already")
 

@@ -57,7 +57,10 @@ func (d *Data) Messages() MsgIter { return MsgIter{b: d.msgs, seq: d.First - 1} 
 // AppendMessages appends the Count payloads to dst (slices of the datagram,
 // no copies) and returns it; with cap(dst) large enough it does not allocate.
 func (d *Data) AppendMessages(dst [][]byte) [][]byte {
-	it := d.Messages()
+	return appendPayloads(dst, d.Messages())
+}
+
+func appendPayloads(dst [][]byte, it MsgIter) [][]byte {
 	for p, ok := it.Next(); ok; p, ok = it.Next() {
 		dst = append(dst, p)
 	}
@@ -263,6 +266,16 @@ func (w *DataWriter) Adopt(count, end int, ps [][]byte) error {
 	}
 	w.off, w.count = end, count
 	return nil
+}
+
+// AppendPayloads appends the payloads of the messages added or adopted
+// since Reset (slices of the buffer, no copies) to dst and returns it; with
+// cap(dst) large enough it does not allocate.
+func (w *DataWriter) AppendPayloads(dst [][]byte) [][]byte {
+	if w.buf == nil {
+		return dst
+	}
+	return appendPayloads(dst, MsgIter{b: w.buf[DataOverhead:w.off]})
 }
 
 // Count returns the number of messages added since Reset.
