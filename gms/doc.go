@@ -71,7 +71,12 @@
 // purge point (again every 2×ViewAckTimeout) and keeps answering
 // retransmissions until LeaveRsp. The coordinator handles it; every other member remembers it,
 // so that a member that takes over, before or after the view that drops
-// the leaver, cuts it as a leaver (below) and sends its LeaveRsp. Members multicast
+// the leaver, cuts it as a leaver (below) and sends its LeaveRsp. When
+// the coordinator announced its leave, the first member of the view that
+// is neither suspected nor leaving takes over and handles every leave it
+// heard: a leaver coordinates nothing, so members that finish together
+// (the coordinator and the next in line leaving within the same few
+// milliseconds) would otherwise leave their leaves to nobody. Members multicast
 // heartbeats; a member silent for Config.SuspectTimeout is probed directly,
 // up to Config.ProbeAttempts times (default 3), each probe
 // Config.ProbeTimeout after the previous one; anything heard from it
@@ -124,7 +129,9 @@
 // made without knowing of the leave, and a LeaveRsp when it closes. A member that
 // still holds a departed sender's window that no cut of the current
 // coordinator covers, Config.ViewChangeTimeout after the view that dropped
-// it, reports it to the coordinator unasked, which cuts it (a coordinator
+// it (2×ViewAckTimeout after a view with a new coordinator, when the
+// coordinator of the cut it applied is not in it), reports it to the
+// coordinator unasked, which cuts it (a coordinator
 // that took over without ever installing that view); so does, every
 // ViewChangeTimeout, a member that acknowledged a cut and never heard it
 // close. Nothing about a departed member is kept for ever (a member that

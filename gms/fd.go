@@ -590,17 +590,42 @@ func (g *GMS) onLeave(m *msg, now time.Duration) {
 		g.departedLeave(d)
 		return
 	}
-	switch {
-	case g.IsCoordinator():
+	if g.IsCoordinator() {
 		g.queueLeave(d)
 		g.tryViewChange(now)
-	case m.sender == g.view.Coord().Member && g.firstUnsuspected([]digest.Member{m.sender}).Member == g.self.Member:
-		g.queueLeave(d)
-		g.takeOver(nil, now)
-	default:
-		l := g.leavers[m.sender]
-		g.leavers[m.sender] = leaveMark{highest: max(l.highest, m.a), low: max(l.low, m.b)}
+		return
 	}
+	l := g.leavers[m.sender]
+	g.leavers[m.sender] = leaveMark{highest: max(l.highest, m.a), low: max(l.low, m.b)}
+	g.takeOverFromLeavers(now)
+}
+
+// takeOverFromLeavers takes over as coordinator when the coordinator
+// announced its leave and every member between it and us in view order is
+// suspected or leaving too: a leaver never coordinates (Leave drops its
+// tasks; it ignores LEAVEs), so without this, members that finish
+// together (the coordinator and the next in line leaving within the same
+// few milliseconds) left their leaves to nobody: the leavers timed out and
+// the survivors waited for failure detection to drop them. Every leave we
+// heard is queued, in view order.
+func (g *GMS) takeOverFromLeavers(now time.Duration) {
+	if _, ok := g.leavers[g.view.Coord().Member]; !ok {
+		return
+	}
+	var leaving []digest.Member
+	for _, p := range g.view.Members {
+		if _, ok := g.leavers[p.Member]; ok {
+			leaving = append(leaving, p.Member)
+		}
+	}
+	if g.firstUnsuspected(leaving).Member != g.self.Member {
+		return
+	}
+	for _, m := range leaving {
+		l := g.leavers[m]
+		g.queueLeave(departure{member: m, highest: l.highest, low: l.low, graceful: true})
+	}
+	g.takeOver(nil, now)
 }
 
 // departedLeave handles d, the LEAVE of a member that is no longer in our

@@ -297,6 +297,18 @@ func (g *GMS) installMergeView(v View, d digest.Digest, now time.Duration) {
 // survivors whose windows are still open report them to the new one
 // (tickCuts), which cuts them again.
 func (g *GMS) setView(v View, now time.Duration) {
+	if c := v.Coord().Member; c != g.view.Coord().Member && c != g.self.Member {
+		// A new coordinator: report each departed sender whose cut no
+		// member of v runs (its coordinator left or was excluded before
+		// the close reached us) once the coordinator has likely finished
+		// installing v (it takes no report during a view change), rather
+		// than after ViewChangeTimeout.
+		for m, ow := range g.open {
+			if mc := g.mcuts[m]; mc == nil || !v.Contains(mc.coord.Member) {
+				ow.nudgeAt = min(ow.nudgeAt, now+2*g.cfg.ViewAckTimeout)
+			}
+		}
+	}
 	for _, p := range g.view.Members {
 		if p.Member != g.self.Member && !v.Contains(p.Member) {
 			ow := &openWin{peer: p, nudgeAt: now + g.cfg.ViewChangeTimeout}

@@ -6,7 +6,8 @@ package stepped_test
 // holds them for a plain run, race_test.go the same names under -race, which
 // slows the code about tenfold.
 const (
-	crashJoinSeeds = 10 // TestCrashAndJoin
-	staticSeeds    = 10 // TestStaticGroup
-	leaveSeeds     = 10 // TestLeave
+	crashJoinSeeds     = 10 // TestCrashAndJoin
+	staticSeeds        = 10 // TestStaticGroup
+	closeTogetherSeeds = 10 // TestCloseTogether
+	leaveSeeds         = 10 // TestLeave
 )

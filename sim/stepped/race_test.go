@@ -6,7 +6,8 @@ package stepped_test
 // holds them for a plain run, race_test.go the same names under -race, which
 // slows the code about tenfold.
 const (
-	crashJoinSeeds = 3 // TestCrashAndJoin
-	staticSeeds    = 3 // TestStaticGroup
-	leaveSeeds     = 3 // TestLeave
+	crashJoinSeeds     = 3 // TestCrashAndJoin
+	staticSeeds        = 3 // TestStaticGroup
+	closeTogetherSeeds = 3 // TestCloseTogether
+	leaveSeeds         = 3 // TestLeave
 )

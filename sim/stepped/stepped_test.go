@@ -168,6 +168,74 @@ func runLeave(t *testing.T, seed uint64) *stepped.Cluster {
 	return c
 }
 
+// TestCloseTogether: members 1-5 form a group over a lossy network and
+// 1-3 send; once the traffic ends, all five close within 20 ms of each
+// other, as the members of a run that ends do (mcastbench). From the
+// first close on, no STABILITY reaches one member V (drawn from the seed,
+// never the first in view order): it cannot see what it holds become
+// stable, so it drains last, after the others, the coordinator and those
+// next in line among them, have left. A member whose predecessors in the
+// view all announced their leave takes over and handles them: V ends in a
+// view of its own, which drains it. Every member gets its EventLeft
+// within LeaveTimeout + 1 s of the last close, well under failure
+// detection's 5 s (before, nobody handled the leaves and V waited for
+// failure detection to drop the leavers), and the seed replays.
+func TestCloseTogether(t *testing.T) {
+	replays(t, closeTogetherSeeds, runCloseTogether)
+}
+
+func runCloseTogether(t *testing.T, seed uint64) *stepped.Cluster {
+	r := rand.New(rand.NewPCG(seed, 7))
+	var s *sim.Sim
+	muteFrom, mute := sim.Never, uint64(0)
+	c := stepped.New(stepped.Config{Seed: seed, Net: lossy(r, 0.05), Drop: func(from, to uint64, b []byte) bool {
+		return to == mute && from != to && s.Now() >= muteFrom && len(b) > 2 && wire.Type(b[2]) == wire.TypeStability
+	}})
+	s = c.Sim()
+	ns := addNodes(t, c, 5)
+	t0 := formAndSend(t, c, r, ns)
+	_, view := ns[0].Engine().View()
+	mute = view[1+r.IntN(len(view)-1)].ID
+	closeAt := t0 + 1500*time.Millisecond // as the last messages go out
+	muteFrom = closeAt - 50*time.Millisecond
+	last := closeAt
+	for _, n := range ns {
+		at := closeAt + time.Duration(r.IntN(20))*time.Millisecond
+		last = max(last, at)
+		require.NoError(t, c.Leave(at, n))
+	}
+	closed := func() bool {
+		for _, n := range ns {
+			if !n.Engine().StepClosed() {
+				return false
+			}
+		}
+		return true
+	}
+	closedAt := map[uint64]time.Duration{}
+	s.AddCheck(func(now time.Duration) error {
+		for _, n := range ns {
+			if _, ok := closedAt[n.ID()]; !ok && n.Engine().StepClosed() {
+				closedAt[n.ID()] = now - last
+			}
+		}
+		return nil
+	})
+	bound := last + engine.DefaultLeaveTimeout + time.Second
+	done, err := s.RunWhile(func() bool { return !closed() }, 10*time.Millisecond, bound)
+	require.NoError(t, err, "seed %d", seed)
+	require.True(t, done, "seed %d: not every member closed by %v (member %d muted; view %v; closed after the last close: %v)",
+		seed, bound, mute, view, closedAt)
+	for _, n := range ns {
+		var left bool
+		for _, e := range n.Events {
+			left = left || e.Kind == engine.EventLeft
+		}
+		require.True(t, left, "seed %d: member %d: no EventLeft", seed, n.ID())
+	}
+	return c
+}
+
 // lossy is a network with loss up to maxLoss, duplication up to 2% and
 // reordering up to 5%, drawn from r, and jitter.
 func lossy(r *rand.Rand, maxLoss float64) sim.NetConfig {
