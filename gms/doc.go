@@ -76,7 +76,12 @@
 // is neither suspected nor leaving takes over and handles every leave it
 // heard: a leaver coordinates nothing, so members that finish together
 // (the coordinator and the next in line leaving within the same few
-// milliseconds) would otherwise leave their leaves to nobody. Members multicast
+// milliseconds) would otherwise leave their leaves to nobody. A leaver
+// whose every other member of its view has announced its leave too ends
+// its leave at once (Left(nil), LEAVE sent once more): nobody will stay to
+// cut it or need its messages. A member leaving alone in its view still
+// multicasts LEAVE (for leavers whose older view has it) and sends
+// LeaveRsp to the leavers whose cuts it runs. Members multicast
 // heartbeats; a member silent for Config.SuspectTimeout is probed directly,
 // up to Config.ProbeAttempts times (default 3), each probe
 // Config.ProbeTimeout after the previous one; anything heard from it

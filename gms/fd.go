@@ -522,14 +522,23 @@ func (g *GMS) Leave(now time.Duration) error {
 	if g.status != StatusMember {
 		return ErrNotMember
 	}
-	others := len(g.view.Members) - 1
-	if others == 0 {
-		g.exit(nil, now)
-		return nil
-	}
 	var highest, low uint64
 	if e, ok := g.proto.Digest().Lookup(g.self.Member); ok {
 		highest, low = e.Received, e.Low
+	}
+	if len(g.view.Members) == 1 {
+		// Alone: one LEAVE still tells leavers that hold an older view
+		// with us in it that everyone else is gone too
+		// (leaveWithTheRest), and each leaver whose cut we run gets its
+		// LeaveRsp: no survivor is left to need its messages.
+		g.multicast(&msg{typ: typeLeave, kind: 0, view: g.view.ID, a: highest, b: low})
+		for _, m := range sortedKeys(g.cuts) {
+			if c := g.cuts[m]; c.dep.graceful && !c.closed && c.dep.peer.Addr != "" {
+				g.send(c.dep.peer, &msg{typ: typeLeave, kind: 1})
+			}
+		}
+		g.exit(nil, now)
+		return nil
 	}
 	// A leaving coordinator abandons its tasks (and tells the other side
 	// of a merge); the next member takes over.
@@ -542,7 +551,27 @@ func (g *GMS) Leave(now time.Duration) error {
 	g.status = StatusLeaving
 	g.leave = leaveState{highest: highest, low: low, deadline: now + g.cfg.LeaveTimeout}
 	g.sendLeave(now)
+	g.leaveWithTheRest(now)
 	return nil
+}
+
+// leaveWithTheRest ends our leave at once (Listener.Left(nil)) when every
+// other member of our view has announced its leave too: no member will
+// stay to cut us and answer with a LeaveRsp, nor need our messages (every
+// leaver is gone or going), so waiting could only end in LeaveTimeout.
+// This is how a group whose members all close together ends.
+func (g *GMS) leaveWithTheRest(now time.Duration) {
+	for _, p := range g.view.Members {
+		if _, ok := g.leavers[p.Member]; !ok && p.Member != g.self.Member {
+			return
+		}
+	}
+	g.log.Debug("gms: every other member leaves too", "self", g.self.Member, "view", g.view.ID)
+	g.stats.LeftTogether++
+	// Once more: a member that lost our first LEAVE would otherwise wait
+	// out LeaveTimeout for us (we no longer resend).
+	g.sendLeave(now)
+	g.exit(nil, now)
 }
 
 // sendLeave multicasts LEAVE with our highest seqno and our purge point
@@ -582,6 +611,11 @@ func (g *GMS) onLeave(m *msg, now time.Duration) {
 		}
 		return
 	}
+	if g.status == StatusLeaving && g.view.Contains(m.sender) {
+		g.markLeaver(m)
+		g.leaveWithTheRest(now)
+		return
+	}
 	if g.status != StatusMember {
 		return
 	}
@@ -590,13 +624,12 @@ func (g *GMS) onLeave(m *msg, now time.Duration) {
 		g.departedLeave(d)
 		return
 	}
+	g.markLeaver(m)
 	if g.IsCoordinator() {
 		g.queueLeave(d)
 		g.tryViewChange(now)
 		return
 	}
-	l := g.leavers[m.sender]
-	g.leavers[m.sender] = leaveMark{highest: max(l.highest, m.a), low: max(l.low, m.b)}
 	g.takeOverFromLeavers(now)
 }
 
@@ -626,6 +659,13 @@ func (g *GMS) takeOverFromLeavers(now time.Duration) {
 		g.queueLeave(departure{member: m, highest: l.highest, low: l.low, graceful: true})
 	}
 	g.takeOver(nil, now)
+}
+
+// markLeaver remembers m's LEAVE (the highest seqno and purge point its
+// sender announced) until a view drops the sender (setView).
+func (g *GMS) markLeaver(m *msg) {
+	l := g.leavers[m.sender]
+	g.leavers[m.sender] = leaveMark{highest: max(l.highest, m.a), low: max(l.low, m.b)}
 }
 
 // departedLeave handles d, the LEAVE of a member that is no longer in our

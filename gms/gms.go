@@ -40,6 +40,7 @@ type Stats struct {
 	StateAborted     uint64 // state transfers aborted (requester timeouts, digests or states that could not be installed)
 	StateServed      uint64 // state transfers completed as provider
 	LeaveTimeouts    uint64 // graceful leaves given up after LeaveTimeout without a LeaveRsp (leaver)
+	LeftTogether     uint64 // graceful leaves ended at once: every other member of the view was leaving too (leaver)
 	Laggards         uint64 // lagging episodes opened (coordinator: Config.LagLimit)
 	LaggardsExcluded uint64 // laggards suspected and excluded (coordinator, Config.LagExclude)
 	LagReports       uint64 // lagging episodes reported to the listener (every member)
@@ -77,11 +78,13 @@ type GMS struct {
 	// (every view change that drops a member adds it): a coordinator that
 	// takes over resumes their cuts (finishViewChange).
 	open map[digest.Member]*openWin
-	// leavers: members of the view that announced a graceful leave we do
-	// not handle (we do not coordinate), with their highest seqno and
-	// purge point: the view that drops them opens their window as a
-	// graceful departure, so that a coordinator taking over resumes their
-	// cut as one (onLeave).
+	// leavers: members of the view that announced a graceful leave, with
+	// their highest seqno and purge point: the view that drops them opens
+	// their window as a graceful departure, so that a coordinator taking
+	// over resumes their cut as one (onLeave); a member whose coordinator
+	// leaves takes over if every member before it is leaving
+	// (takeOverFromLeavers); a leaver whose every other member is leaving
+	// ends its leave (leaveWithTheRest).
 	leavers map[digest.Member]leaveMark
 	merge   *mergeState          // as merge leader
 	hold    *mergeHold           // as another coordinator of a merge

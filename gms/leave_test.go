@@ -296,3 +296,47 @@ func TestCoordinatorAndNextInLineLeaveTogether(t *testing.T) {
 		})
 	}
 }
+
+// TestWholeGroupLeaves (simulator, fake protocol, loss up to 5%): all five
+// members of a group leave within 20ms of each other, in an order the seed
+// picks. No member stays to cut the leavers and send LeaveRsp; a leaver
+// whose every other member has announced its leave ends its leave at once
+// (leaveWithTheRest, LEAVE sent once more), and the last member alone in
+// its view still multicasts LEAVE and releases the leavers whose cuts it
+// runs. Every member leaves with Left(nil), and at most one of the five
+// waits out LeaveTimeout (a LEAVE lost at the very end); before, most
+// did.
+func TestWholeGroupLeaves(t *testing.T) {
+	for seed := range uint64(seeds(40, 8)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h := newHarness(t, seed, lossyNet(seed, 0.05))
+			all := []*node{h.add(1), h.add(2), h.add(3), h.add(4), h.add(5)}
+			h.formGroup(all...)
+			r := rand.New(rand.NewPCG(seed, 43))
+			start := h.s.Now() + time.Millisecond
+			last := start
+			for _, n := range all {
+				at := start + time.Duration(r.IntN(20))*time.Millisecond
+				last = max(last, at)
+				h.do(at, n, func(now time.Duration) { require.NoError(t, n.g.Leave(now)) })
+			}
+			h.runUntil(func() bool {
+				for _, n := range all {
+					if len(n.left) == 0 {
+						return false
+					}
+				}
+				return true
+			}, last+10*time.Second, "every member left")
+			var timedOut []uint64
+			for _, n := range all {
+				require.Equal(t, []error{nil}, n.left, "node %d", n.id)
+				if n.g.Stats().LeaveTimeouts > 0 {
+					timedOut = append(timedOut, n.id)
+				}
+			}
+			require.LessOrEqual(t, len(timedOut), 1, "nodes %v waited out LeaveTimeout", timedOut)
+			h.noErrors()
+		})
+	}
+}

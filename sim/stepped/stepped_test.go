@@ -179,7 +179,12 @@ func runLeave(t *testing.T, seed uint64) *stepped.Cluster {
 // view of its own, which drains it. Every member gets its EventLeft
 // within LeaveTimeout + 1 s of the last close, well under failure
 // detection's 5 s (before, nobody handled the leaves and V waited for
-// failure detection to drop the leavers), and the seed replays.
+// failure detection to drop the leavers), and the seed replays. At most
+// one member of the five waits out LeaveTimeout: a leaver whose every
+// other member leaves too ends its leave at once (gms leaveWithTheRest);
+// only a LEAVE or LeaveRsp lost at the very end still costs a leaver
+// LeaveTimeout (3 members of 2,000 over 400 seeds; 352 in 161 seeds
+// before).
 func TestCloseTogether(t *testing.T) {
 	replays(t, closeTogetherSeeds, runCloseTogether)
 }
@@ -226,13 +231,18 @@ func runCloseTogether(t *testing.T, seed uint64) *stepped.Cluster {
 	require.NoError(t, err, "seed %d", seed)
 	require.True(t, done, "seed %d: not every member closed by %v (member %d muted; view %v; closed after the last close: %v)",
 		seed, bound, mute, view, closedAt)
+	var timedOut []uint64
 	for _, n := range ns {
 		var left bool
 		for _, e := range n.Events {
 			left = left || e.Kind == engine.EventLeft
 		}
 		require.True(t, left, "seed %d: member %d: no EventLeft", seed, n.ID())
+		if n.Engine().Stats().Membership.LeaveTimeouts > 0 {
+			timedOut = append(timedOut, n.ID())
+		}
 	}
+	require.LessOrEqual(t, len(timedOut), 1, "seed %d: members %v waited out LeaveTimeout (closed after the last close: %v)", seed, timedOut, closedAt)
 	return c
 }
 
