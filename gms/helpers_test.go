@@ -34,6 +34,13 @@ func (h *harness) joinFour() []*node {
 	return all
 }
 
+// joinFive is joinFour with a fifth member.
+func (h *harness) joinFive() []*node {
+	all := []*node{h.add(1), h.add(2), h.add(3), h.add(4), h.add(5)}
+	h.formGroup(all...)
+	return all
+}
+
 // without returns ns without the nodes in out, in order.
 func without(ns []*node, out ...*node) []*node {
 	var rest []*node
