@@ -257,6 +257,18 @@ func (g *GMS) checkCut(c *cutState, now time.Duration) {
 // that did not know of the leave cut the sender as crashed): they are
 // final at that survivor, so they are declared again for everyone (they
 // are in every survivor's gaps: nobody held them).
+// reincarnated reports whether a later incarnation of m is a member of
+// our view: m's incarnation has ended (it left and joined again), so it
+// repairs nothing any more, even if it left gracefully.
+func (g *GMS) reincarnated(m digest.Member) bool {
+	for _, p := range g.view.Members {
+		if p.Member.ID == m.ID && p.Member.Inc > m.Inc {
+			return true
+		}
+	}
+	return false
+}
+
 func (g *GMS) fixCut(c *cutState, now time.Duration) {
 	c.fixed = true
 	cut := c.dep.highest
@@ -272,7 +284,7 @@ func (g *GMS) fixCut(c *cutState, now time.Duration) {
 	}
 	c.cut = cut
 	upto := cut
-	if c.dep.graceful && !refix {
+	if c.dep.graceful && !refix && !g.reincarnated(c.dep.member) {
 		upto = min(cut, c.dep.low) // a leaver repairs all it has not purged
 	}
 	if minD < upto {
