@@ -248,15 +248,6 @@ func (g *GMS) checkCut(c *cutState, now time.Duration) {
 	g.pruneCuts(now)
 }
 
-// fixCut picks the cut (the highest seqno any survivor received, at least a
-// leaver's announced highest) and the ranges no survivor holds. A leaver
-// repairs all it holds until its cut closes, so of it only what no
-// survivor holds at or below its announced purge point is declared lost
-// (a forced purge; what stability purged every survivor delivered),
-// unless a survivor reports a fix that declared ranges lost (a coordinator
-// that did not know of the leave cut the sender as crashed): they are
-// final at that survivor, so they are declared again for everyone (they
-// are in every survivor's gaps: nobody held them).
 // reincarnated reports whether a later incarnation of m is a member of
 // our view: m's incarnation has ended (it left and joined again), so it
 // repairs nothing any more, even if it left gracefully.
@@ -269,6 +260,16 @@ func (g *GMS) reincarnated(m digest.Member) bool {
 	return false
 }
 
+// fixCut picks the cut (the highest seqno any survivor received, at least a
+// leaver's announced highest) and the ranges no survivor holds. A leaver
+// repairs all it holds until its cut closes, so of it only what no
+// survivor holds at or below its announced purge point is declared lost
+// (a forced purge; what stability purged every survivor delivered). Not
+// so when a later incarnation of it is in the view (reincarnated: the
+// leaver is gone), nor when a survivor reports a fix that declared ranges
+// lost (a coordinator that did not know of the leave cut the sender as
+// crashed): they are final at that survivor, so they are declared again
+// for everyone (they are in every survivor's gaps: nobody held them).
 func (g *GMS) fixCut(c *cutState, now time.Duration) {
 	c.fixed = true
 	cut := c.dep.highest

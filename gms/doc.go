@@ -131,7 +131,9 @@
 // leaver's as a leave: up to its announced highest, declaring lost only
 // what no survivor holds at or below the purge point LEAVE announces (it
 // repairs the rest) unless a survivor reports a fix an earlier coordinator
-// made without knowing of the leave, and a LeaveRsp when it closes. A member that
+// made without knowing of the leave or a later incarnation of the leaver
+// is in the view (it joined again: the old one repairs nothing), and a
+// LeaveRsp when it closes. A member that
 // still holds a departed sender's window that no cut of the current
 // coordinator covers, Config.ViewChangeTimeout after the view that dropped
 // it (2×ViewAckTimeout after a view with a new coordinator, when the
