@@ -322,6 +322,11 @@ func (m *Member) TrySend(payload []byte) error {
 	if m.sendInPlace(payload) {
 		return nil
 	}
+	return m.trySendGeneral(payload)
+}
+
+// trySendGeneral is TrySend after its fast path (sendInPlace) declined.
+func (m *Member) trySendGeneral(payload []byte) error {
 	if len(payload) > m.cfg.MaxMessage {
 		return ErrTooLarge
 	}
@@ -367,7 +372,7 @@ func (m *Member) Send(ctx context.Context, payload []byte) error {
 	if m.sendInPlace(payload) {
 		return nil // TrySend's fast path, without its call
 	}
-	err := m.TrySend(payload)
+	err := m.trySendGeneral(payload)
 	if err != ErrBackPressure {
 		return err
 	}

@@ -242,10 +242,16 @@ func (g *GMS) checkCut(c *cutState, now time.Duration) {
 	g.stats.CutsClosed++
 	g.multicast(&msg{typ: typeCut, kind: 1, view: g.view.ID, member: c.dep.member})
 	g.closeMemberCut(c.dep.member, now)
+	g.sendLeaveRsp(c)
+	g.pruneCuts(now)
+}
+
+// sendLeaveRsp tells c's departed sender, if it left gracefully, that its
+// leave is complete.
+func (g *GMS) sendLeaveRsp(c *cutState) {
 	if c.dep.graceful {
 		g.send(c.dep.peer, &msg{typ: typeLeave, kind: 1})
 	}
-	g.pruneCuts(now)
 }
 
 // reincarnated reports whether a later incarnation of m is a member of

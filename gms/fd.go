@@ -526,15 +526,16 @@ func (g *GMS) Leave(now time.Duration) error {
 	if e, ok := g.proto.Digest().Lookup(g.self.Member); ok {
 		highest, low = e.Received, e.Low
 	}
+	g.leave = leaveState{highest: highest, low: low, deadline: now + g.cfg.LeaveTimeout}
 	if len(g.view.Members) == 1 {
 		// Alone: one LEAVE still tells leavers that hold an older view
 		// with us in it that everyone else is gone too
 		// (leaveWithTheRest), and each leaver whose cut we run gets its
 		// LeaveRsp: no survivor is left to need its messages.
-		g.multicast(&msg{typ: typeLeave, kind: 0, view: g.view.ID, a: highest, b: low})
+		g.sendLeave(now)
 		for _, m := range sortedKeys(g.cuts) {
-			if c := g.cuts[m]; c.dep.graceful && !c.closed && c.dep.peer.Addr != "" {
-				g.send(c.dep.peer, &msg{typ: typeLeave, kind: 1})
+			if c := g.cuts[m]; !c.closed && c.dep.peer.Addr != "" {
+				g.sendLeaveRsp(c)
 			}
 		}
 		g.exit(nil, now)
@@ -549,7 +550,6 @@ func (g *GMS) Leave(now time.Duration) error {
 		g.merge = nil
 	}
 	g.status = StatusLeaving
-	g.leave = leaveState{highest: highest, low: low, deadline: now + g.cfg.LeaveTimeout}
 	g.sendLeave(now)
 	g.leaveWithTheRest(now)
 	return nil
@@ -636,11 +636,11 @@ func (g *GMS) onLeave(m *msg, now time.Duration) {
 // takeOverFromLeavers takes over as coordinator when the coordinator
 // announced its leave and every member between it and us in view order is
 // suspected or leaving too: a leaver never coordinates (Leave drops its
-// tasks; it ignores LEAVEs), so without this, members that finish
-// together (the coordinator and the next in line leaving within the same
-// few milliseconds) left their leaves to nobody: the leavers timed out and
-// the survivors waited for failure detection to drop them. Every leave we
-// heard is queued, in view order.
+// tasks; it ignores LEAVEs), so when members finish together (the
+// coordinator and the next in line leaving within the same few
+// milliseconds) the first member that stays must handle their leaves, or
+// nobody would until failure detection. Every leave we heard is queued,
+// in view order.
 func (g *GMS) takeOverFromLeavers(now time.Duration) {
 	if _, ok := g.leavers[g.view.Coord().Member]; !ok {
 		return
@@ -692,6 +692,6 @@ func (g *GMS) departedLeave(d departure) {
 		c.dep.peer = ow.peer
 	}
 	if c.closed {
-		g.send(c.dep.peer, &msg{typ: typeLeave, kind: 1})
+		g.sendLeaveRsp(c)
 	}
 }

@@ -248,11 +248,10 @@ func TestLeaverCutAfterForcedPurge(t *testing.T) {
 // coordinator's LEAVE, so the first member that is not leaving must take
 // over and handle every leave it heard: the survivors end in a view of
 // exactly themselves, every cut closed, well before LeaveTimeout and
-// without suspecting anyone (before, nobody handled the leaves: the
-// leavers timed out and the survivors waited for failure detection to drop
-// them), and every leaver leaves with Left(nil). A survivor that missed
-// the close of a cut whose coordinator then left reports it to the new
-// coordinator within a few ViewAckTimeouts (it waited ViewChangeTimeout).
+// without suspecting anyone (nobody waits for failure detection to drop
+// the leavers), and every leaver leaves with Left(nil). A survivor that
+// missed the close of a cut whose coordinator then left reports it to the
+// new coordinator within a few ViewAckTimeouts, not ViewChangeTimeout.
 // Not checked: that no leaver times out. One whose cut closed under a
 // coordinator that then left, its LeaveRsp lost, resends LEAVE to a
 // coordinator that has no cut for it and times out (LeaveTimeout, still
@@ -290,8 +289,7 @@ func TestCoordinatorAndNextInLineLeaveTogether(t *testing.T) {
 // (leaveWithTheRest, LEAVE sent once more), and the last member alone in
 // its view still multicasts LEAVE and releases the leavers whose cuts it
 // runs. Every member leaves with Left(nil), and at most one of the five
-// waits out LeaveTimeout (a LEAVE lost at the very end); before, more
-// than one did in 13 of the 40 seeds.
+// waits out LeaveTimeout (a LEAVE lost at the very end).
 func TestWholeGroupLeaves(t *testing.T) {
 	for seed := range uint64(seeds(40, 8)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {

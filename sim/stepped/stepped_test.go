@@ -178,13 +178,11 @@ func runLeave(t *testing.T, seed uint64) *stepped.Cluster {
 // view all announced their leave takes over and handles them: V ends in a
 // view of its own, which drains it. Every member gets its EventLeft
 // within LeaveTimeout + 1 s of the last close, well under failure
-// detection's 5 s (before, nobody handled the leaves and V waited for
-// failure detection to drop the leavers), and the seed replays. At most
-// one member of the five waits out LeaveTimeout: a leaver whose every
-// other member leaves too ends its leave at once (gms leaveWithTheRest);
-// only a LEAVE or LeaveRsp lost at the very end still costs a leaver
-// LeaveTimeout (3 members of 2,000 over 400 seeds; 352 in 161 seeds
-// before).
+// detection's 5 s (V must not wait for failure detection to drop the
+// leavers), and the seed replays. At most one member of the five waits
+// out LeaveTimeout: a leaver whose every other member leaves too ends its
+// leave at once (gms leaveWithTheRest); only a LEAVE or LeaveRsp lost at
+// the very end still costs a leaver LeaveTimeout.
 func TestCloseTogether(t *testing.T) {
 	replays(t, closeTogetherSeeds, runCloseTogether)
 }
