@@ -379,6 +379,29 @@ func (p *Protocol) Gaps(m digest.Member, dst []wire.Range) []wire.Range {
 	}
 }
 
+// Unheld appends to dst the ranges of m's window in (low, delivered] that
+// it does not hold: delivered as lost (MSG_NOT_FOUND, a cut or a merge
+// declared them), so this member cannot repair them. Nothing if m has no
+// window (or is this member). It allocates only if dst lacks capacity.
+func (p *Protocol) Unheld(m digest.Member, dst []wire.Range) []wire.Range {
+	s := p.senders[m]
+	if s == nil || s.own || s.win == nil {
+		return dst
+	}
+	return s.win.AppendUnheld(dst)
+}
+
+// ClosedWindow reports where m's window was closed after a cut (its
+// delivered point then), if this member closed one and has no window of m
+// now.
+func (p *Protocol) ClosedWindow(m digest.Member) (uint64, bool) {
+	if p.senders[m] != nil {
+		return 0, false
+	}
+	at, ok := p.closed[m]
+	return at, ok
+}
+
 // ErrNotRetained is wrapped by OverwriteDigest and CheckOverwrite when a
 // window would have to re-deliver messages this member no longer retains
 // (purged or discarded below the digest's delivered value).

@@ -320,6 +320,25 @@ func (w *Window[T]) AppendGaps(dst []Range, max int) []Range {
 	return dst
 }
 
+// AppendUnheld appends to dst the ranges of seqnos in (low, delivered]
+// that are not held: delivered as lost (SkipLost) rather than as entries.
+// Nothing else leaves a hole there, since delivered entries stay until a
+// purge raises low. Producer side; allocates only if dst lacks capacity.
+func (w *Window[T]) AppendUnheld(dst []Range) []Range {
+	d := w.delivered.Load()
+	a := w.low.Load() + 1
+	for a <= d {
+		a += w.runLen(a, d-a+1, selPresent, true)
+		if a > d {
+			break
+		}
+		k := w.runLen(a, d-a+1, selPresent, false)
+		dst = append(dst, Range{From: a, To: a + k - 1})
+		a += k
+	}
+	return dst
+}
+
 // MissingCount returns how many seqnos in (delivered, received] are missing
 // (neither held nor lost). Producer side.
 func (w *Window[T]) MissingCount() int {

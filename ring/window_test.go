@@ -454,6 +454,33 @@ func TestWindowMarkLost(t *testing.T) {
 	require.Equal(t, Added, w.Add(202, val(202)))
 }
 
+func TestWindowAppendUnheld(t *testing.T) {
+	// Capacity 64, start 40: the lost runs wrap around the ring's end.
+	w := newW(t, 64, 40)
+	require.Empty(t, w.AppendUnheld(nil), "nothing delivered")
+	w.AddRun(45, vals(45, 10))
+	w.AddRun(70, vals(70, 20))
+	w.MarkLost(41, 44)
+	w.MarkLost(55, 69)
+	require.Empty(t, w.AppendUnheld(nil), "only (low, delivered] counts")
+	_, lost := drain(t, w)
+	require.Equal(t, []Range{{From: 41, To: 44}, {From: 55, To: 69}}, lost)
+	want := []Range{{From: 41, To: 44}, {From: 55, To: 69}}
+	require.Equal(t, want, w.AppendUnheld(nil))
+	w.Purge(60, nil)
+	require.Equal(t, []Range{{From: 61, To: 69}}, w.AppendUnheld(nil), "purged seqnos are below low")
+	w.Purge(89, nil)
+	require.Empty(t, w.AppendUnheld(nil))
+
+	w.AddRun(90, vals(90, 3))
+	w.MarkLost(93, 93)
+	drain(t, w)
+	dst := make([]Range, 0, 4)
+	allocs := testing.AllocsPerRun(100, func() { dst = w.AppendUnheld(dst[:0]) })
+	require.Equal(t, []Range{{From: 93, To: 93}}, dst)
+	require.Zero(t, allocs, "AppendUnheld allocates only if dst lacks capacity")
+}
+
 func TestWindowMarkLostEdges(t *testing.T) {
 	// delivered = 3 (low 0), 5 and 6 held, 4 missing.
 	for _, tc := range []struct {
