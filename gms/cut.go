@@ -27,7 +27,10 @@ type cutState struct {
 }
 
 type cutReport struct {
-	ok                  bool
+	ok bool
+	// closed: no window, closed after an earlier cut of the sender at
+	// delivered (= received); such a member can repair nothing.
+	closed              bool
 	delivered, received uint64
 	gaps                []Range
 	// declared: the report covers a fix applied here that declared
@@ -36,12 +39,15 @@ type cutReport struct {
 }
 
 // reportMsg is the CUT_REPORT of r for sender: a delivered, b received, c
-// 1 if this member holds a window, id 1 if r covers an applied fix that
-// declared ranges lost, the gaps as ranges.
+// 1 if this member holds a window (2 if it closed one after a cut), id 1
+// if r covers an applied fix that declared ranges lost, the gaps as ranges.
 func (g *GMS) reportMsg(sender digest.Member, r cutReport) *msg {
 	rep := &msg{typ: typeCutReport, view: g.view.ID, member: sender, a: r.delivered, b: r.received}
-	if r.ok {
+	switch {
+	case r.ok:
 		rep.c = 1
+	case r.closed:
+		rep.c = 2
 	}
 	if r.declared {
 		rep.id = 1
@@ -128,25 +134,46 @@ func (g *GMS) refixCuts(prev View, merge bool, now time.Duration) {
 			continue // not fixed: the reports of the members there are now are still awaited
 		}
 		g.log.Info("gms: cut fixed again for the members there are now", "sender", sender, "view", g.view.ID)
-		c.fixed = false
-		c.reports = map[digest.Member]cutReport{g.self.Member: g.localReport(sender)}
-		clear(c.acks)
-		c.resendAt = now + g.cfg.ViewAckTimeout
-		g.multicast(&msg{typ: typeCutReq, view: g.view.ID, member: sender})
-		g.checkCut(c, now)
+		g.recut(c, now)
 	}
 }
 
-// localReport is this member's state of sender for a cut. If a cut fixed
-// by an earlier coordinator is open here, the report covers it: received
-// is at least that cut and the ranges it declared lost count as missing
-// (they are, here and everywhere), so that a coordinator that resumes the
-// cut fixes one at least as high and declares those ranges lost again for
-// survivors that never got the first fix.
+// recut asks the members of the current view for their state of c's
+// sender again and fixes the cut anew from their reports (reopening it if
+// it had closed).
+func (g *GMS) recut(c *cutState, now time.Duration) {
+	sender := c.dep.member
+	c.fixed, c.closed = false, false
+	c.reports = map[digest.Member]cutReport{g.self.Member: g.localReport(sender)}
+	clear(c.acks)
+	c.resendAt = now + g.cfg.ViewAckTimeout
+	g.multicast(&msg{typ: typeCutReq, view: g.view.ID, member: sender})
+	g.checkCut(c, now)
+}
+
+// localReport is this member's state of sender for a cut. Its gaps are
+// what it cannot repair: the missing ranges above delivered and the ranges
+// it delivered as lost (a MSG_NOT_FOUND, an earlier cut), so that a range
+// one survivor was told is lost and another still lacks is declared lost
+// for the latter instead of awaited from the former. If a cut fixed by an
+// earlier coordinator is open here, the report covers it: received is at
+// least that cut and the ranges it declared lost count as missing (they
+// are, here and everywhere), so that a coordinator that resumes the cut
+// fixes one at least as high and declares those ranges lost again for
+// survivors that never got the first fix. Without a window, the report
+// gives the point where an earlier cut closed it, if one did.
 func (g *GMS) localReport(sender digest.Member) cutReport {
 	dl, rc, gaps, ok := g.proto.SenderState(sender, g.gaps[:0])
+	if ok {
+		gaps = g.proto.Unheld(sender, gaps)
+	}
 	g.gaps = gaps[:0]
-	r := cutReport{ok: ok, delivered: dl, received: rc, gaps: slices.Clone(gaps)}
+	r := cutReport{ok: ok, delivered: dl, received: rc, gaps: normRanges(gaps)}
+	if !ok {
+		if at, closed := g.proto.ClosedWindow(sender); closed {
+			r.closed, r.delivered, r.received = true, at, at
+		}
+	}
 	if mc := g.mcuts[sender]; ok && mc != nil {
 		r.declared = len(mc.lost) > 0
 		if r.received < mc.cut {
@@ -182,7 +209,7 @@ func (g *GMS) onCutReport(m *msg, now time.Duration) {
 	if !g.view.Contains(m.sender) {
 		return
 	}
-	if !ok && g.IsCoordinator() && g.coord.vc == nil && !g.view.Contains(m.member) {
+	if !ok && m.c != 2 && g.IsCoordinator() && g.coord.vc == nil && !g.view.Contains(m.member) {
 		// Unasked: a survivor still has this departed sender's window open
 		// and we never cut it (we never installed the view that dropped
 		// it). Cut it now.
@@ -194,6 +221,19 @@ func (g *GMS) onCutReport(m *msg, now time.Duration) {
 		}
 		g.startCut(d, now)
 		c, ok = g.cuts[m.member]
+	}
+	if ok && c.closed && m.c == 1 && !c.acks[m.sender] && g.IsCoordinator() && g.coord.vc == nil {
+		// It holds a window and never acknowledged: it was not in the view
+		// the cut closed in (away in another partition and merged back),
+		// so it may lack what the others were repaired, and a close would
+		// not close its window (it has no cut to close). Cut again with
+		// everyone there is now.
+		g.stats.CutsResumed++
+		g.log.Info("gms: closed cut reopened for a member that never acknowledged it", "sender", m.member, "from", m.sender)
+		g.recut(c, now)
+		c.reports[m.sender] = cutReport{ok: true, delivered: m.a, received: m.b, gaps: m.ranges, declared: m.id == 1}
+		g.checkCut(c, now)
+		return
 	}
 	if ok && c.fixed && !c.acks[m.sender] {
 		if p, in := g.view.Peer(m.sender); in && m.sender != g.self.Member {
@@ -214,7 +254,7 @@ func (g *GMS) onCutReport(m *msg, now time.Duration) {
 	if !ok || c.fixed {
 		return
 	}
-	c.reports[m.sender] = cutReport{ok: m.c == 1, delivered: m.a, received: m.b, gaps: m.ranges, declared: m.id == 1}
+	c.reports[m.sender] = cutReport{ok: m.c == 1, closed: m.c == 2, delivered: m.a, received: m.b, gaps: m.ranges, declared: m.id == 1}
 	g.checkCut(c, now)
 }
 
@@ -266,21 +306,23 @@ func (g *GMS) reincarnated(m digest.Member) bool {
 	return false
 }
 
-// fixCut picks the cut (the highest seqno any survivor received, at least a
-// leaver's announced highest) and the ranges no survivor holds. A leaver
-// repairs all it holds until its cut closes, so of it only what no
-// survivor holds at or below its announced purge point is declared lost
-// (a forced purge; what stability purged every survivor delivered). Not
-// so when a later incarnation of it is in the view (reincarnated: the
-// leaver is gone), nor when a survivor reports a fix that declared ranges
-// lost (a coordinator that did not know of the leave cut the sender as
-// crashed): they are final at that survivor, so they are declared again
-// for everyone (they are in every survivor's gaps: nobody held them).
+// fixCut picks the cut (the highest seqno any survivor received or closed
+// its window at, at least a leaver's announced highest) and the ranges no
+// survivor holds. A leaver repairs all it holds until its cut closes, so
+// of it only what no survivor holds at or below its announced purge point
+// is declared lost (a forced purge; what stability purged every survivor
+// delivered). Not so when the leaver is gone: a later incarnation of it is
+// in the view (reincarnated) or a survivor closed its window after an
+// earlier cut (which closed, so the leaver got its LeaveRsp). Nor when a
+// survivor reports a fix that declared ranges lost (a coordinator that did
+// not know of the leave cut the sender as crashed): they are final at that
+// survivor, so they are declared again for everyone (they are in every
+// survivor's gaps: nobody held them).
 func (g *GMS) fixCut(c *cutState, now time.Duration) {
 	c.fixed = true
 	cut := c.dep.highest
 	minD := ^uint64(0)
-	refix := false
+	refix, gone := false, g.reincarnated(c.dep.member)
 	for _, p := range g.view.Members {
 		r := c.reports[p.Member]
 		if r.ok {
@@ -288,10 +330,14 @@ func (g *GMS) fixCut(c *cutState, now time.Duration) {
 			minD = min(minD, r.delivered)
 			refix = refix || r.declared
 		}
+		if r.closed {
+			cut = max(cut, r.delivered)
+			gone = true
+		}
 	}
 	c.cut = cut
 	upto := cut
-	if c.dep.graceful && !refix && !g.reincarnated(c.dep.member) {
+	if c.dep.graceful && !refix && !gone {
 		upto = min(cut, c.dep.low) // a leaver repairs all it has not purged
 	}
 	if minD < upto {

@@ -113,10 +113,13 @@
 //
 // When a view excludes a sender the coordinator fixes its cut (design.md,
 // "Crashed senders"): it collects from every survivor its delivered,
-// received and missing ranges for that sender (a survivor answers only
+// received and missing ranges for that sender, the ranges it delivered as
+// lost among the missing (it cannot repair them), or, from a survivor
+// with no window, where an earlier cut closed it (a survivor answers only
 // once it has installed a view without that sender, so that its report is
 // all it will ever take from the sender itself), picks the cut (the highest
-// seqno any survivor received, or the leaver's announced highest), computes
+// seqno any survivor received or closed at, or the leaver's announced
+// highest), computes
 // the ranges no survivor holds and multicasts the cut with them; every
 // survivor has the protocol fetch the rest from its peers and report the
 // lost ranges, acknowledges once it holds and has delivered everything up
@@ -131,9 +134,13 @@
 // leaver's as a leave: up to its announced highest, declaring lost only
 // what no survivor holds at or below the purge point LEAVE announces (it
 // repairs the rest) unless a survivor reports a fix an earlier coordinator
-// made without knowing of the leave or a later incarnation of the leaver
-// is in the view (it joined again: the old one repairs nothing), and a
-// LeaveRsp when it closes. A member that
+// made without knowing of the leave, a later incarnation of the leaver
+// is in the view (it joined again: the old one repairs nothing) or a
+// survivor closed the leaver's window after an earlier cut (that cut
+// closed, so the leaver has gone), and a LeaveRsp when it closes. A
+// coordinator that closed a cut reopens it, asking everyone again, when
+// a member that never acknowledged it (it was away, in another partition)
+// reports the window it still holds. A member that
 // still holds a departed sender's window that no cut of the current
 // coordinator covers, Config.ViewChangeTimeout after the view that dropped
 // it (2×ViewAckTimeout after a view with a new coordinator, when the

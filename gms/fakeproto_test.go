@@ -486,6 +486,35 @@ func (p *fakeProto) SenderState(sender digest.Member, gaps []Range) (uint64, uin
 	return w.hd, w.hr, w.gaps(gaps), true
 }
 
+func (p *fakeProto) Unheld(sender digest.Member, dst []Range) []Range {
+	w := p.wins[sender]
+	if w == nil {
+		return dst
+	}
+	var cur *Range
+	for s := w.low + 1; s <= w.hd; s++ {
+		if _, held := w.msgs[s]; held {
+			cur = nil
+			continue
+		}
+		if cur == nil {
+			dst = append(dst, Range{From: s, To: s})
+			cur = &dst[len(dst)-1]
+		} else {
+			cur.To = s
+		}
+	}
+	return dst
+}
+
+func (p *fakeProto) ClosedWindow(sender digest.Member) (uint64, bool) {
+	if p.wins[sender] != nil {
+		return 0, false
+	}
+	at, ok := p.closed[sender]
+	return at, ok
+}
+
 func (p *fakeProto) CompleteCut(sender digest.Member, cut uint64, lost []Range, now time.Duration) {
 	w := p.wins[sender]
 	if w == nil {

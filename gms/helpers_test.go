@@ -166,6 +166,22 @@ func dataSeqs(b []byte) (origin digest.Member, first, last uint64, ok bool) {
 	return digest.Member{}, 0, 0, false
 }
 
+// sendOnePerMs makes n (a real-nakack node) send messages 1..count, one a
+// millisecond from 1ms from now, flushing each (one seqno a datagram with
+// joinFourBundling(..., 1)), and returns the millisecond after the last.
+func (h *harness) sendOnePerMs(n *node, count uint64) time.Duration {
+	start := h.s.Now() + time.Millisecond
+	for i := range count {
+		h.do(start+time.Duration(i)*time.Millisecond, n, func(now time.Duration) {
+			_, err := n.p().Send(fmt.Appendf(nil, "%v/%d", n.self(), i+1), now)
+			require.NoError(h.t, err)
+			n.p().Flush(now)
+			n.poll()
+		})
+	}
+	return start + time.Duration(count)*time.Millisecond
+}
+
 // joinFourBundling is joinFour on a network with 200µs of jitter, the
 // members bundling at most maxBundle messages a datagram.
 func joinFourBundling(t *testing.T, seed uint64, maxBundle int) (*harness, []*node) {

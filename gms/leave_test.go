@@ -212,16 +212,7 @@ func TestLeaverCutAfterForcedPurge(t *testing.T) {
 				typ := wire.Type(dg[2])
 				return from == l.Member() && (typ == wire.TypeMsgNotFound || typ == wire.TypeChallenge)
 			}
-			start := h.s.Now() + time.Millisecond
-			for i := range n {
-				h.do(start+time.Duration(i)*time.Millisecond, l, func(now time.Duration) {
-					_, err := l.p().Send(fmt.Appendf(nil, "%v/%d", lm, i+1), now)
-					require.NoError(t, err)
-					l.p().Flush(now)
-					l.poll()
-				})
-			}
-			leaveAt := start + time.Duration(n)*time.Millisecond + time.Millisecond
+			leaveAt := h.sendOnePerMs(l, n) + time.Millisecond
 			h.do(leaveAt, l, func(now time.Duration) {
 				_, err := l.p().ForcePurge(lm, n)
 				require.NoError(t, err)
@@ -234,6 +225,121 @@ func TestLeaverCutAfterForcedPurge(t *testing.T) {
 			for _, s := range surv {
 				require.Equal(t, []Range{{From: k, To: n}}, s.app.lost[lm], "seed %d node %d", seed, s.id)
 				require.Equal(t, n, s.app.state[lm].last, "seed %d node %d", seed, s.id)
+			}
+			h.noErrors()
+		})
+	}
+}
+
+// TestLeaverCutAfterNotFoundMissedByOne (simulator, real nakack): in a
+// group of four, L sends 1..n (one seqno a datagram); no copy of k..n
+// reaches anyone and L force-purges its window up to n. Survivor A asks
+// and gets L's MSG_NOT_FOUND, so it delivers k..n as lost and holds none
+// of them; the MSG_NOT_FOUNDs to the other two are lost, so they still
+// ask. Then L leaves gracefully. A's cut report gives k..n among what it
+// cannot repair, so the cut declares them lost for the other two: every
+// survivor reports k..n lost once, the cut closes and L gets its
+// LeaveRsp. (When A reported only what it missed above its delivered
+// point, the cut declared nothing lost, the other two waited for repairs
+// nobody could send and the cut never closed.)
+func TestLeaverCutAfterNotFoundMissedByOne(t *testing.T) {
+	for seed := range uint64(seeds(10, 3)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h, all := joinFourBundling(t, seed, 1)
+			r := rand.New(rand.NewPCG(seed, 73))
+			l := all[r.IntN(4)]
+			lm := l.self()
+			surv := others(all, l)
+			a := surv[r.IntN(3)]
+			n := uint64(20 + r.IntN(20))
+			k := n - uint64(r.IntN(10))
+			h.drop = func(from, to digest.Member, dg []byte) bool {
+				if origin, first, last, ok := dataSeqs(dg); ok {
+					return origin == lm && last >= k && first <= n
+				}
+				typ := wire.Type(dg[2])
+				return from == l.Member() && to != a.Member() && (typ == wire.TypeMsgNotFound || typ == wire.TypeChallenge)
+			}
+			purgeAt := h.sendOnePerMs(l, n) + time.Millisecond
+			h.do(purgeAt, l, func(now time.Duration) {
+				_, err := l.p().ForcePurge(lm, n)
+				require.NoError(t, err)
+			})
+			h.runUntil(func() bool { return len(a.app.lost[lm]) > 0 }, purgeAt+5*time.Second, "A told k..n lost")
+			require.Equal(t, []Range{{From: k, To: n}}, a.app.lost[lm], "A's MSG_NOT_FOUND")
+			for _, s := range others(surv, a) {
+				require.Empty(t, s.app.lost[lm], "node %d got a MSG_NOT_FOUND", s.id)
+			}
+			leaveAt := h.s.Now() + time.Millisecond
+			h.do(leaveAt, l, func(now time.Duration) { require.NoError(t, l.g.Leave(now)) })
+			h.runUntil(func() bool { return len(l.left) > 0 && settled(surv...) }, leaveAt+10*time.Second, "left, cut closed")
+			require.Equal(t, []error{nil}, l.left)
+			require.Zero(t, l.g.Stats().LeaveTimeouts, "L timed out waiting for its LeaveRsp")
+			for _, s := range surv {
+				require.Equal(t, []Range{{From: k, To: n}}, s.app.lost[lm], "node %d", s.id)
+				require.Equal(t, n, s.app.state[lm].last, "node %d", s.id)
+			}
+			h.noErrors()
+		})
+	}
+}
+
+// TestLeaverCutClosedWhileOneWasAway (simulator, real nakack): in a group
+// of four, L sends 1..n (one seqno a datagram) and B, a survivor, never
+// gets k..n from anyone. L leaves gracefully; once B has installed the
+// view without L, B is cut off from the others. They exclude B, close L's
+// cut without it (they hold everything) and L leaves. Alone, B cuts L as
+// a leaver, which waits for repairs only L could send. When the partition
+// heals and the sides merge, the others report L's window closed, so the
+// cut of the merged view takes L as gone and declares k..n lost for B:
+// every member settles in one view, B reports k..n lost once, the others
+// nothing, and all have L's messages up to n. (Before, the others
+// reported no window at all, the cut waited for L and never closed.)
+//
+// The seed picks the path: B first among the survivors in view order
+// coordinates the merged view and fixes its cut again (refixCuts); B last
+// reports the window it still holds to the coordinator, which either still
+// keeps its closed cut and reopens it (the heal 100ms after the others
+// settled) or has forgotten it and cuts L anew (the heal 3s after).
+func TestLeaverCutClosedWhileOneWasAway(t *testing.T) {
+	for seed := range uint64(seeds(12, 4)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h, all := joinFourBundling(t, seed, 1)
+			r := rand.New(rand.NewPCG(seed, 79))
+			l := all[r.IntN(4)]
+			lm := l.self()
+			surv := byView(all[0].g.View(), others(all, l))
+			b, healAfter := surv[0], 100*time.Millisecond
+			if seed%2 == 1 {
+				b = surv[2]
+			}
+			if seed%4 >= 2 {
+				healAfter = 3 * time.Second
+			}
+			n := uint64(20 + r.IntN(20))
+			k := n - uint64(r.IntN(10))
+			h.drop = func(from, to digest.Member, dg []byte) bool {
+				origin, first, last, ok := dataSeqs(dg)
+				return ok && to == b.Member() && origin == lm && last >= k && first <= n
+			}
+			leaveAt := h.sendOnePerMs(l, n) + time.Millisecond
+			h.do(leaveAt, l, func(now time.Duration) { require.NoError(t, l.g.Leave(now)) })
+			h.runUntil(func() bool { return !b.g.View().Contains(lm) }, leaveAt+5*time.Second, "B installed the view without L")
+			h.s.Partition(h.s.Now(), 0, []digest.Member{b.Member()})
+			rest := others(surv, b)
+			h.runUntil(func() bool { return len(l.left) > 0 && settled(rest...) }, h.s.Now()+5*time.Second,
+				"L left, the others settled without B")
+			require.Equal(t, []error{nil}, l.left)
+			heal := h.s.Now() + healAfter
+			h.s.Heal(heal)
+			h.runUntil(func() bool { return h.s.Now() > heal && settled(surv...) }, heal+20*time.Second, "merged, cut closed")
+			for _, s := range surv {
+				want := []Range(nil)
+				if s == b {
+					want = []Range{{From: k, To: n}}
+				}
+				require.Equal(t, want, s.app.lost[lm], "node %d", s.id)
+				require.Equal(t, n, s.app.state[lm].last, "node %d", s.id)
 			}
 			h.noErrors()
 		})

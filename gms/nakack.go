@@ -68,6 +68,17 @@ func (a *NakackProtocol) SenderState(sender digest.Member, gaps []Range) (uint64
 	return e.Delivered, e.Received, gaps, true
 }
 
+// Unheld implements Protocol.
+func (a *NakackProtocol) Unheld(sender digest.Member, dst []Range) []Range {
+	a.gaps = a.P.Unheld(sender, a.gaps[:0])
+	return append(dst, a.gaps...)
+}
+
+// ClosedWindow implements Protocol.
+func (a *NakackProtocol) ClosedWindow(sender digest.Member) (uint64, bool) {
+	return a.P.ClosedWindow(sender)
+}
+
 // CompleteCut implements Protocol.
 func (a *NakackProtocol) CompleteCut(sender digest.Member, cut uint64, lost []Range, now time.Duration) {
 	if a.P.CompleteCut(sender, cut, now) != nil {

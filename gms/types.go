@@ -157,6 +157,13 @@ type Protocol interface {
 	// delivered, highest received and the missing ranges in (delivered,
 	// received], appended to gaps. ok is false if there is no window.
 	SenderState(sender digest.Member, gaps []Range) (delivered, received uint64, gapsOut []Range, ok bool)
+	// Unheld appends to dst the ranges in (purged, delivered] of sender's
+	// window that this member does not hold (delivered as lost), which it
+	// therefore cannot repair.
+	Unheld(sender digest.Member, dst []Range) []Range
+	// ClosedWindow reports the delivered point at which this member closed
+	// sender's window after a cut, if it did and holds no window of it now.
+	ClosedWindow(sender digest.Member) (delivered uint64, ok bool)
 	// CompleteCut fixes a departed sender's last seqno: the protocol fetches
 	// what it lacks up to cut from its peers and reports the ranges in lost
 	// as lost (they will never come).

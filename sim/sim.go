@@ -216,6 +216,11 @@ func (s *Sim) Partition(at, heal time.Duration, groups ...[]digest.Member) {
 	}
 }
 
+// Heal ends, at virtual time at, whatever partition is in force then.
+func (s *Sim) Heal(at time.Duration) {
+	s.Schedule(at, func(time.Duration) { s.part = nil })
+}
+
 // Partitioned reports whether a partition is in force.
 func (s *Sim) Partitioned() bool { return s.part != nil }
 
