@@ -343,10 +343,18 @@ func (p *fakeProto) tick(now time.Duration) {
 func (p *fakeProto) nextDeadline() time.Duration { return min(p.nextNak, p.nextHigh, p.nextStab) }
 
 func (w *fwin) gaps(dst []Range) []Range {
-	var cur *Range
-	for s := w.hd + 1; s <= w.hr; s++ {
+	return appendRuns(dst, w.hd+1, w.hr, func(s uint64) bool {
 		_, held := w.msgs[s]
-		if held || w.lost[s] {
+		return !held && !w.lost[s]
+	})
+}
+
+// appendRuns appends to dst the runs of seqnos in [from, to] that in
+// reports true for.
+func appendRuns(dst []Range, from, to uint64, in func(uint64) bool) []Range {
+	var cur *Range
+	for s := from; s <= to; s++ {
+		if !in(s) {
 			cur = nil
 			continue
 		}
@@ -491,20 +499,10 @@ func (p *fakeProto) Unheld(sender digest.Member, dst []Range) []Range {
 	if w == nil {
 		return dst
 	}
-	var cur *Range
-	for s := w.low + 1; s <= w.hd; s++ {
-		if _, held := w.msgs[s]; held {
-			cur = nil
-			continue
-		}
-		if cur == nil {
-			dst = append(dst, Range{From: s, To: s})
-			cur = &dst[len(dst)-1]
-		} else {
-			cur.To = s
-		}
-	}
-	return dst
+	return appendRuns(dst, w.low+1, w.hd, func(s uint64) bool {
+		_, held := w.msgs[s]
+		return !held
+	})
 }
 
 func (p *fakeProto) ClosedWindow(sender digest.Member) (uint64, bool) {

@@ -203,15 +203,8 @@ func TestLeaverCutAfterForcedPurge(t *testing.T) {
 			l := all[r.IntN(4)]
 			lm := l.self()
 			surv := others(all, l)
-			n := uint64(20 + r.IntN(20))
-			k := n - uint64(r.IntN(10))
-			h.drop = func(from, to digest.Member, dg []byte) bool {
-				if origin, first, last, ok := dataSeqs(dg); ok {
-					return origin == lm && last >= k && first <= n
-				}
-				typ := wire.Type(dg[2])
-				return from == l.Member() && (typ == wire.TypeMsgNotFound || typ == wire.TypeChallenge)
-			}
+			n, k := lostTail(r)
+			h.dropTail(l, k, n, digest.Member{})
 			leaveAt := h.sendOnePerMs(l, n) + time.Millisecond
 			h.do(leaveAt, l, func(now time.Duration) {
 				_, err := l.p().ForcePurge(lm, n)
@@ -222,10 +215,7 @@ func TestLeaverCutAfterForcedPurge(t *testing.T) {
 				leaveAt+10*time.Second, "left, cut closed")
 			require.Equal(t, []error{nil}, l.left)
 			require.Zero(t, l.g.Stats().LeaveTimeouts, "seed %d: L timed out waiting for its LeaveRsp", seed)
-			for _, s := range surv {
-				require.Equal(t, []Range{{From: k, To: n}}, s.app.lost[lm], "seed %d node %d", seed, s.id)
-				require.Equal(t, n, s.app.state[lm].last, "seed %d node %d", seed, s.id)
-			}
+			requireTailLost(t, surv, lm, k, n)
 			h.noErrors()
 		})
 	}
@@ -251,15 +241,8 @@ func TestLeaverCutAfterNotFoundMissedByOne(t *testing.T) {
 			lm := l.self()
 			surv := others(all, l)
 			a := surv[r.IntN(3)]
-			n := uint64(20 + r.IntN(20))
-			k := n - uint64(r.IntN(10))
-			h.drop = func(from, to digest.Member, dg []byte) bool {
-				if origin, first, last, ok := dataSeqs(dg); ok {
-					return origin == lm && last >= k && first <= n
-				}
-				typ := wire.Type(dg[2])
-				return from == l.Member() && to != a.Member() && (typ == wire.TypeMsgNotFound || typ == wire.TypeChallenge)
-			}
+			n, k := lostTail(r)
+			h.dropTail(l, k, n, a.Member())
 			purgeAt := h.sendOnePerMs(l, n) + time.Millisecond
 			h.do(purgeAt, l, func(now time.Duration) {
 				_, err := l.p().ForcePurge(lm, n)
@@ -275,10 +258,7 @@ func TestLeaverCutAfterNotFoundMissedByOne(t *testing.T) {
 			h.runUntil(func() bool { return len(l.left) > 0 && settled(surv...) }, leaveAt+10*time.Second, "left, cut closed")
 			require.Equal(t, []error{nil}, l.left)
 			require.Zero(t, l.g.Stats().LeaveTimeouts, "L timed out waiting for its LeaveRsp")
-			for _, s := range surv {
-				require.Equal(t, []Range{{From: k, To: n}}, s.app.lost[lm], "node %d", s.id)
-				require.Equal(t, n, s.app.state[lm].last, "node %d", s.id)
-			}
+			requireTailLost(t, surv, lm, k, n)
 			h.noErrors()
 		})
 	}
@@ -316,8 +296,7 @@ func TestLeaverCutClosedWhileOneWasAway(t *testing.T) {
 			if seed%4 >= 2 {
 				healAfter = 3 * time.Second
 			}
-			n := uint64(20 + r.IntN(20))
-			k := n - uint64(r.IntN(10))
+			n, k := lostTail(r)
 			h.drop = func(from, to digest.Member, dg []byte) bool {
 				origin, first, last, ok := dataSeqs(dg)
 				return ok && to == b.Member() && origin == lm && last >= k && first <= n
@@ -343,6 +322,36 @@ func TestLeaverCutClosedWhileOneWasAway(t *testing.T) {
 			}
 			h.noErrors()
 		})
+	}
+}
+
+// lostTail draws from r the last seqno n a leaver sends (20..39) and the
+// first k of the tail k..n that reaches nobody (up to 9 below n).
+func lostTail(r *rand.Rand) (n, k uint64) {
+	n = uint64(20 + r.IntN(20))
+	return n, n - uint64(r.IntN(10))
+}
+
+// dropTail drops every copy of l's messages k..n and l's MSG_NOT_FOUNDs
+// and CHALLENGEs, except those to keep (none if keep is zero).
+func (h *harness) dropTail(l *node, k, n uint64, keep digest.Member) {
+	lm := l.self()
+	h.drop = func(from, to digest.Member, dg []byte) bool {
+		if origin, first, last, ok := dataSeqs(dg); ok {
+			return origin == lm && last >= k && first <= n
+		}
+		typ := wire.Type(dg[2])
+		return from == l.Member() && (keep.IsZero() || to != keep) && (typ == wire.TypeMsgNotFound || typ == wire.TypeChallenge)
+	}
+}
+
+// requireTailLost checks that each of surv reported k..n of lm lost, once,
+// and has lm's messages up to n.
+func requireTailLost(t *testing.T, surv []*node, lm digest.Member, k, n uint64) {
+	t.Helper()
+	for _, s := range surv {
+		require.Equal(t, []Range{{From: k, To: n}}, s.app.lost[lm], "node %d", s.id)
+		require.Equal(t, n, s.app.state[lm].last, "node %d", s.id)
 	}
 }
 
