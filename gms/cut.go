@@ -583,8 +583,13 @@ func (g *GMS) cutDeadlines(at func(time.Duration)) {
 		}
 	}
 	for _, mc := range g.mcuts {
-		at(mc.resendAt)
-		if !mc.acked {
+		// resendAt is the acknowledgement's resend, kept from an earlier
+		// ack when a new fix made the cut pending again: until the window
+		// completes, only the poll is due (a stale resendAt would be a
+		// deadline in the past that Tick never moves).
+		if mc.acked {
+			at(mc.resendAt)
+		} else {
 			at(g.fd.nextCheck) // poll the protocol for completion
 		}
 	}

@@ -674,3 +674,24 @@ func TestLostRunSameRangesReal(t *testing.T) {
 		})
 	}
 }
+
+// TestPendingMemberCutDeadline: a survivor acknowledged a cut (the
+// acknowledgement's resend due 2×ViewAckTimeout later), then a new fix
+// made it pending again, its window incomplete. Until the window completes
+// only the completion poll (the failure detector's next check) is due: the
+// old resend time, once passed, is not a deadline, since Tick never moves
+// it while the cut is pending (a simulator member's deadline stayed in the
+// past for ever, seed 24390 of TestWholeGroupRandomised).
+func TestPendingMemberCutDeadline(t *testing.T) {
+	g, err := New(Config{Group: 7, ID: 1, Addr: "1", Logger: discardLogger,
+		NewProtocol: func(self digest.Member, now time.Duration) (Protocol, error) {
+			return newFakeProto(self, newFakeApp(), now), nil
+		}})
+	require.NoError(t, err)
+	g.status = StatusMember
+	g.fd.nextCheck = 5 * time.Second
+	g.mcuts[digest.Member{ID: 9, Inc: 1}] = &memberCut{resendAt: time.Second}
+	require.Equal(t, 5*time.Second, g.NextDeadline())
+	g.mcuts[digest.Member{ID: 9, Inc: 1}].acked = true
+	require.Equal(t, time.Second, g.NextDeadline(), "acknowledged: the resend is due")
+}
