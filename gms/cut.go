@@ -17,6 +17,7 @@ type cutState struct {
 	closed   bool
 	cut      uint64
 	lost     []Range
+	stable   uint64 // what every survivor that reported a window had delivered
 	acks     map[digest.Member]bool
 	resendAt time.Duration
 	// closedAt: a closed cut is kept a while (pruneCuts), to answer a
@@ -237,9 +238,7 @@ func (g *GMS) onCutReport(m *msg, now time.Duration) {
 	}
 	if ok && c.fixed && !c.acks[m.sender] {
 		if p, in := g.view.Peer(m.sender); in && m.sender != g.self.Member {
-			fix := &msg{typ: typeCut, kind: 0, view: g.view.ID, member: m.member, a: c.cut}
-			fix.withRanges(c.lost)
-			g.send(p, fix)
+			g.send(p, cutFix(c, g.view.ID))
 		}
 		return
 	}
@@ -335,7 +334,7 @@ func (g *GMS) fixCut(c *cutState, now time.Duration) {
 			gone = true
 		}
 	}
-	c.cut = cut
+	c.cut, c.stable = cut, min(cut, minD)
 	upto := cut
 	if c.dep.graceful && !refix && !gone {
 		upto = min(cut, c.dep.low) // a leaver repairs all it has not purged
@@ -357,11 +356,16 @@ func (g *GMS) fixCut(c *cutState, now time.Duration) {
 		}
 		c.lost = lost
 	}
-	g.log.Info("gms: cut fixed", "sender", c.dep.member, "cut", c.cut, "lost", c.lost)
-	fix := &msg{typ: typeCut, kind: 0, view: g.view.ID, member: c.dep.member, a: c.cut}
-	fix.withRanges(c.lost)
-	g.multicast(fix)
-	g.applyCut(g.self, c.dep.member, c.cut, c.lost, now)
+	g.log.Info("gms: cut fixed", "sender", c.dep.member, "cut", c.cut, "stable", c.stable, "lost", c.lost)
+	g.multicast(cutFix(c, g.view.ID))
+	g.applyCut(g.self, c.dep.member, c.cut, c.stable, c.lost, now)
+}
+
+// cutFix is c's fix (CUT kind 0): a the cut, b its stable point, the
+// ranges declared lost.
+func cutFix(c *cutState, view digest.ViewID) *msg {
+	fix := &msg{typ: typeCut, kind: 0, view: view, member: c.dep.member, a: c.cut, b: c.stable}
+	return fix.withRanges(c.lost)
 }
 
 // intersectRanges returns the seqnos in both a and b, as sorted disjoint
@@ -415,7 +419,7 @@ func normRanges(rs []Range) []Range {
 // to complete and is acknowledged at once, keeping nothing: a coordinator
 // that resumes a cut this member closed, or a joiner that is asked about a
 // sender it never saw, must still acknowledge for the cut to close.
-func (g *GMS) applyCut(coord Peer, sender digest.Member, cut uint64, lost []Range, now time.Duration) {
+func (g *GMS) applyCut(coord Peer, sender digest.Member, cut, stable uint64, lost []Range, now time.Duration) {
 	mc, ok := g.mcuts[sender]
 	if !ok && g.open[sender] == nil {
 		if _, _, gaps, held := g.proto.SenderState(sender, g.gaps[:0]); !held {
@@ -434,6 +438,9 @@ func (g *GMS) applyCut(coord Peer, sender digest.Member, cut uint64, lost []Rang
 		// high, declaring at least what the first fix declared).
 		mc.cut, mc.lost = cut, normRanges(append(mc.lost, lost...))
 		g.proto.CompleteCut(sender, cut, lost, now)
+	}
+	if stable > 0 {
+		g.proto.PurgeCut(sender, min(stable, cut), now)
 	}
 	mc.coord = coord
 	mc.acked = false
@@ -484,7 +491,7 @@ func (g *GMS) onCut(m *msg, now time.Duration) {
 	}
 	switch m.kind {
 	case 0:
-		g.applyCut(coord, m.member, m.a, m.ranges, now)
+		g.applyCut(coord, m.member, m.a, m.b, m.ranges, now)
 	case 1:
 		g.closeMemberCut(m.member, now)
 	}
@@ -567,9 +574,7 @@ func (g *GMS) tickCuts(now time.Duration) {
 					g.send(p, &msg{typ: typeCutReq, view: g.view.ID, member: sender})
 				}
 			} else if !c.acks[p.Member] {
-				fix := &msg{typ: typeCut, kind: 0, view: g.view.ID, member: sender, a: c.cut}
-				fix.withRanges(c.lost)
-				g.send(p, fix)
+				g.send(p, cutFix(c, g.view.ID))
 			}
 		}
 		g.checkCut(c, now) // the view may have shrunk

@@ -114,13 +114,17 @@
 // When a view excludes a sender the coordinator fixes its cut (design.md,
 // "Crashed senders"): it collects from every survivor its delivered,
 // received and missing ranges for that sender, the ranges it delivered as
-// lost among the missing (it cannot repair them), or, from a survivor
+// lost and those at or below its window's start among the missing (it
+// cannot repair them), or, from a survivor
 // with no window, where an earlier cut closed it (a survivor answers only
 // once it has installed a view without that sender, so that its report is
 // all it will ever take from the sender itself), picks the cut (the highest
 // seqno any survivor received or closed at, or the leaver's announced
 // highest), computes
-// the ranges no survivor holds and multicasts the cut with them; every
+// the ranges no survivor holds and multicasts the cut with them and its
+// stable point (the least delivered point reported: every survivor purges
+// its window of the departed sender up to it, Protocol.PurgeCut, since
+// STABILITY no longer does); every
 // survivor has the protocol fetch the rest from its peers and report the
 // lost ranges, acknowledges once it holds and has delivered everything up
 // to the cut (and the protocol has reported lost a fragmented message the

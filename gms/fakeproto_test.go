@@ -499,6 +499,9 @@ func (p *fakeProto) Unheld(sender digest.Member, dst []Range) []Range {
 	if w == nil {
 		return dst
 	}
+	if w.low > 0 {
+		dst = append(dst, Range{From: 1, To: w.low})
+	}
 	return appendRuns(dst, w.low+1, w.hd, func(s uint64) bool {
 		_, held := w.msgs[s]
 		return !held
@@ -527,6 +530,10 @@ func (p *fakeProto) CompleteCut(sender digest.Member, cut uint64, lost []Range, 
 		}
 	}
 }
+
+// PurgeCut: the fake windows are maps without a capacity, so nothing
+// waits for room.
+func (p *fakeProto) PurgeCut(sender digest.Member, stable uint64, now time.Duration) {}
 
 func (p *fakeProto) CloseWindow(sender digest.Member, now time.Duration) {
 	w := p.wins[sender]

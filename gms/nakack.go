@@ -70,6 +70,9 @@ func (a *NakackProtocol) SenderState(sender digest.Member, gaps []Range) (uint64
 
 // Unheld implements Protocol.
 func (a *NakackProtocol) Unheld(sender digest.Member, dst []Range) []Range {
+	if e, ok := a.P.WindowState(sender); ok && e.Low > 0 {
+		dst = append(dst, Range{From: 1, To: e.Low})
+	}
 	a.gaps = a.P.Unheld(sender, a.gaps[:0])
 	return append(dst, a.gaps...)
 }
@@ -77,6 +80,11 @@ func (a *NakackProtocol) Unheld(sender digest.Member, dst []Range) []Range {
 // ClosedWindow implements Protocol.
 func (a *NakackProtocol) ClosedWindow(sender digest.Member) (uint64, bool) {
 	return a.P.ClosedWindow(sender)
+}
+
+// PurgeCut implements Protocol.
+func (a *NakackProtocol) PurgeCut(sender digest.Member, stable uint64, now time.Duration) {
+	_, _ = a.P.PurgeCut(sender, stable, now) // refused as CompleteCut is: not departed
 }
 
 // CompleteCut implements Protocol.

@@ -157,9 +157,10 @@ type Protocol interface {
 	// delivered, highest received and the missing ranges in (delivered,
 	// received], appended to gaps. ok is false if there is no window.
 	SenderState(sender digest.Member, gaps []Range) (delivered, received uint64, gapsOut []Range, ok bool)
-	// Unheld appends to dst the ranges in (purged, delivered] of sender's
-	// window that this member does not hold (delivered as lost), which it
-	// therefore cannot repair.
+	// Unheld appends to dst the ranges at or below delivered of sender's
+	// window that this member does not hold, which it therefore cannot
+	// repair: at or below the window's start (purged, or sent before this
+	// member joined) and those delivered as lost.
 	Unheld(sender digest.Member, dst []Range) []Range
 	// ClosedWindow reports the delivered point at which this member closed
 	// sender's window after a cut, if it did and holds no window of it now.
@@ -168,6 +169,11 @@ type Protocol interface {
 	// what it lacks up to cut from its peers and reports the ranges in lost
 	// as lost (they will never come).
 	CompleteCut(sender digest.Member, cut uint64, lost []Range, now time.Duration)
+	// PurgeCut releases what a departed sender's window holds up to
+	// stable, the cut's stable point (what every survivor that reported a
+	// window had delivered): a departed sender gets no stability, and its
+	// window must make room for the rest up to the cut.
+	PurgeCut(sender digest.Member, stable uint64, now time.Duration)
 	// CloseWindow drops a departed sender's window once every survivor has
 	// acknowledged its cut.
 	CloseWindow(sender digest.Member, now time.Duration)

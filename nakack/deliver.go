@@ -154,6 +154,9 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 			}
 			w.SkipLost()
 			p.reportLost(s, h, r.From, to)
+			if s.hasCut && to > w.Delivered() {
+				p.skipDeclared(s, to)
+			}
 			k++
 			continue
 		}
@@ -170,7 +173,9 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 //     holder's purge point a MSG_NOT_FOUND or merge gave, marked as purges
 //     make room): nothing beyond the capacity is held, so all of it is
 //     lost, and it is reported at once (later marks of it are consumed
-//     silently: reportLost never repeats a seqno);
+//     silently: reportLost never repeats a seqno); a departed sender's
+//     goes on through the ranges its cut declared lost that continue it
+//     (cutLostThrough, marked as purges make room too);
 //   - a live sender's run followed by a gap it still wants is not ready:
 //     the gap may turn out lost too (a later MSG_NOT_FOUND), and is
 //     repaired otherwise, which ends the run (a held seqno);
@@ -180,7 +185,11 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 func (p *Protocol) lostEnd(s *sender, r ring.Range) (to uint64, ready bool) {
 	w := s.win
 	if edge := w.Low() + uint64(s.cap); r.To >= edge {
-		return max(r.To, s.lostTo), true
+		to := max(r.To, s.lostTo)
+		if s.hasCut {
+			to = max(to, cutLostThrough(s, to+1))
+		}
+		return to, true
 	}
 	if s.state == departed {
 		return r.To, true

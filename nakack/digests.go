@@ -213,7 +213,7 @@ func (p *Protocol) dropCut(s *sender, now time.Duration) {
 		s.contig = max(s.delivered(), s.floor)
 		s.advance()
 	}
-	s.cutLost = s.cutLost[:0]
+	s.cutLost, s.cutStable = s.cutLost[:0], 0
 	p.dequeueRepair(s)
 	p.checkGaps(s, now)
 }
@@ -570,6 +570,65 @@ func (p *Protocol) CompleteCut(m digest.Member, cut uint64, now time.Duration) e
 	return nil
 }
 
+// PurgeCut purges departed sender m's window up to upto, as far as it is
+// delivered: the cut's stable point, what every survivor of the cut that
+// reported a window had delivered, which none of them asks for again. A
+// departed sender's window gets no STABILITY, so without it a window
+// delivered to its capacity could never take the rest up to the cut.
+// Returns how many messages it released.
+func (p *Protocol) PurgeCut(m digest.Member, upto uint64, now time.Duration) (int, error) {
+	s := p.senders[m]
+	if s == nil || s.own {
+		return 0, fmt.Errorf("purge cut %v: %w", m, ErrUnknownMember)
+	}
+	if s.state != departed || !s.hasCut {
+		return 0, fmt.Errorf("purge cut %v: %w", m, ErrLive)
+	}
+	s.cutStable = max(s.cutStable, upto)
+	if s.win == nil {
+		return 0, nil
+	}
+	low := s.win.Low()
+	n := p.purgeWin(s, upto)
+	if s.win.Low() > low {
+		p.roomMade(s, now)
+	}
+	return n, nil
+}
+
+// skipDeclared moves departed sender s's window on to `to` (at most its
+// cut), when Poll reported a run that its cut declared lost beyond the
+// window's capacity (lostEnd): those seqnos are consumed, and the window
+// would otherwise never take them, nor the rest up to the cut, since a
+// departed sender's window gets no STABILITY. The window's low moves up to
+// the capacity below `to`, which releases only what nobody will ask for:
+// seqnos this member does not hold, and held ones at or below the cut's
+// stable point (PurgeCut); it stops below the first other held one.
+func (p *Protocol) skipDeclared(s *sender, to uint64) {
+	w := s.win
+	to = min(to, s.cut)
+	if to <= w.Delivered() {
+		return
+	}
+	if c := uint64(s.cap); to > w.Low()+c {
+		from := max(w.Low(), s.cutStable) + 1
+		for q := from; q <= min(to-c, w.Low()+c); q++ {
+			if w.Has(q) {
+				to = q - 1 + c
+				break
+			}
+		}
+	}
+	if to <= w.Delivered() {
+		return
+	}
+	low := w.Low()
+	p.skipWin(s, to)
+	if w.Low() > low {
+		p.roomMade(s, p.clock)
+	}
+}
+
 // CutPending reports whether Poll still has to report something of
 // departed sender m up to its cut although its delivered point reached the
 // cut: a fragmented message that the cut ends inside (lostAtCut). A
@@ -598,15 +657,56 @@ func (p *Protocol) lostAtCut(s *sender, h Handler) bool {
 
 // cutLostReady reports whether Poll may consume the lost run that comes
 // next in departed sender s's window (cut fixed): only once every seqno up
-// to the cut is held or marked lost. How far a lost run is widened (over
-// the held fragments of the message it cuts) must not depend on whether a
-// repair has arrived yet, or survivors would report different ranges.
+// to the cut, or up to the window's capacity if the cut lies beyond it, is
+// held or marked lost. How far a lost run is widened (over the held
+// fragments of the message it cuts) must not depend on whether a repair
+// has arrived yet, or survivors would report different ranges; a run that
+// reaches the capacity goes on through the declared ranges beyond it
+// (lostEnd), so a member with a smaller window reports it as one with a
+// larger one does.
 func cutLostReady(s *sender) bool {
-	if s.win.Received() < s.cut { // the rest is not even announced yet
-		return false
+	w := s.win
+	if rc := w.Received(); rc < s.cut && rc < w.Low()+uint64(s.cap) {
+		return false // the rest is not even announced yet
 	}
-	g, ok := s.win.NextGap(s.win.Delivered())
+	g, ok := w.NextGap(w.Delivered())
 	return !ok || g.From > s.cut
+}
+
+// cutLostThrough returns the end of the run of seqnos from from on that
+// departed sender s's cut declared lost (its ranges chained, at most the
+// cut), or from-1 if the cut did not declare from lost.
+func cutLostThrough(s *sender, from uint64) uint64 {
+	to := from - 1
+	for more := true; more; {
+		more = false
+		for _, r := range s.cutLost {
+			if r.From <= to+1 && r.To > to {
+				to, more = r.To, true
+			}
+		}
+	}
+	return min(to, max(s.cut, from-1))
+}
+
+// markCutLost marks again the ranges departed sender s's cut declared
+// lost, where the window's capacity stopped DeclareLost (roomMade, after
+// a purge). It returns how many seqnos were newly marked.
+func (p *Protocol) markCutLost(s *sender) int {
+	w := s.window()
+	n := 0
+	for _, r := range s.cutLost {
+		if r.To > w.Received() {
+			n += w.MarkLost(r.From, r.To)
+		}
+	}
+	if n > 0 {
+		s.advance()
+		if s.contig > s.delivered() {
+			p.markReady(s)
+		}
+	}
+	return n
 }
 
 // DeclareLost marks m's seqnos from..to that this member does not hold as

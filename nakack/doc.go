@@ -153,12 +153,21 @@
 // limit: a MSG_NOT_FOUND or merge digest whose Low lies beyond
 // low+RecvWindow marks what fits at once and the rest as purges make room;
 // nothing beyond the window's capacity can be held, so Poll reports the
-// whole range at once and consumes the later marks silently. Known limit:
-// a departed sender's window is no longer purged
-// by STABILITY (it is closed after its cut), so a survivor that purged that
-// sender late cannot fetch, nor mark lost (DeclareLost), seqnos of the cut
-// beyond its low+RecvWindow; a larger RecvWindow than SendWindow makes that
-// case need more than one missed STABILITY.
+// whole range at once and consumes the later marks silently. A departed
+// sender's window is no longer purged by STABILITY (it is closed after its
+// cut); its cut carries a stable point instead, what every survivor that
+// reported a window had delivered, and PurgeCut purges up to it. A lost
+// run of a departed sender that reaches the window's capacity goes on
+// through the ranges its cut declared lost beyond it, and the window then
+// moves on past them (releasing only seqnos it does not hold and held
+// ones at or below the stable point), so a survivor whose window of that
+// sender is full still reaches the cut. Known limit: a survivor that
+// received less of a departed sender than another by more than its
+// RecvWindow above the stable point, with seqnos beyond its window that
+// another survivor holds, cannot take them (it may not purge what it
+// holds above the stable point: a survivor further behind may still need
+// it); a larger RecvWindow than SendWindow makes that case need more than
+// one missed STABILITY.
 //
 // MSG_NOT_FOUND from the original sender for the current view marks what the
 // sender purged (the seqnos above our delivered, at or below its low, that we

@@ -74,6 +74,9 @@ type sender struct {
 	// closes, what Poll has not reported of them is fetched instead
 	// (dropCut).
 	cutLost []wire.Range
+	// cutStable: departed, what every survivor of the cut that reported a
+	// window had delivered (PurgeCut): nobody asks for it again.
+	cutStable uint64
 
 	// NAK timer: one per window, two deadlines. Gaps at or below reqTo
 	// (already requested, by us or by another member whose request
@@ -608,7 +611,8 @@ func (p *Protocol) markLost(s *sender, to uint64) int {
 }
 
 // roomMade runs after s's window low rose (a purge, a skip): what lay
-// beyond the window's capacity may fit now. Pending lost marks are applied
+// beyond the window's capacity may fit now. Pending lost marks (lostTo, a
+// cut's declared ranges) are applied
 // and the gaps re-checked, so seqnos dropped as Full (the sender ran ahead
 // of a member that purged late) are requested now rather than never.
 func (p *Protocol) roomMade(s *sender, now time.Duration) {
@@ -617,6 +621,9 @@ func (p *Protocol) roomMade(s *sender, now time.Duration) {
 	}
 	if s.lostTo > s.win.Received() {
 		p.markLost(s, s.lostTo)
+	}
+	if s.hasCut {
+		p.markCutLost(s)
 	}
 	p.checkGaps(s, now)
 }

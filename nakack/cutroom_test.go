@@ -1,0 +1,45 @@
+package nakack
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCutBeyondFullDepartedWindow: windows of 8. A and B deliver C's 1..8,
+// which fill their windows (no STABILITY purges them); C, its own window
+// force-purged, sends 9..20, none of which arrives, and crashes. Its cut
+// is 20 with 9..20 declared lost and stable point 8 (both survivors
+// delivered 8). A departed window gets no STABILITY: PurgeCut makes room
+// up to the stable point, the lost run that reaches the window's capacity
+// is reported through the declared range beyond it, once, as 9..20, and
+// the window moves on to the cut, so each survivor completes it (delivered
+// and received 20, nothing pending) as a member with a larger window would.
+// Before, the marks stopped at the window's capacity and the window stayed
+// short of the cut: the cut never completed.
+func TestCutBeyondFullDepartedWindow(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.SendWindow, cfg.RecvWindow = 8, 8 }, mA, mB, mC)
+	c.deliver(c.send(mC, true, payloads("c", 1, 8)...), nil)
+	c.poll()
+	for _, upto := range []int{8, 16} { // C's own window and send limit allow 8 at a time
+		_, err := c.p(mC).ForcePurge(mC, uint64(upto))
+		require.NoError(t, err)
+		c.send(mC, true, payloads("c", upto+1, min(upto+8, 20))...) // lost
+		c.poll()
+	}
+	c.crash(mC)
+	for _, m := range c.order {
+		require.Equal(t, report{delivered: 8, received: 8}, c.report(m, mC))
+		c.applyCut(m, mC, 20, rangeU{9, 20})
+		_, err := c.p(m).PurgeCut(mC, 8, c.now)
+		require.NoError(t, err)
+	}
+	c.run(c.now+time.Second, nil)
+	for _, m := range c.order {
+		require.Equal(t, span(1, 8), c.rec(m).seqs(mC), "%v", m)
+		require.Equal(t, []lostEvent{{mC, 9, 20}}, c.rec(m).lostOf(mC), "%v", m)
+		require.Equal(t, report{delivered: 20, received: 20}, c.report(m, mC), "%v", m)
+		require.False(t, c.p(m).CutPending(mC), "%v", m)
+	}
+}
