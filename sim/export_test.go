@@ -9,6 +9,9 @@ func ReplaySeed() int64 { return *flagSeed }
 // under -race.
 func LaggardSeeds() int { return laggardSeeds }
 
+// SeedFrom is the first seed of each randomised test (-sim.seedfrom).
+func SeedFrom() int { return *flagSeedFrom }
+
 // WholeGroupSeeds is how many whole-group randomised seeds to run: 300, 30
 // under -race, -sim.seeds when set.
 func WholeGroupSeeds() int {

@@ -22,6 +22,8 @@ import (
 var (
 	flagSeed  = flag.Int64("sim.seed", -1, "run only this randomised simulator seed (replay)")
 	flagSeeds = flag.Int("sim.seeds", envInt("NAKCAST_SIM_SEEDS", 0), "number of randomised simulator seeds of each randomised test (0: 500 for TestRandomised, 300 for TestWholeGroupRandomised; 50 and 30 under -race)")
+	// flagSeedFrom moves a long sweep past the seeds an earlier one ran.
+	flagSeedFrom = flag.Int("sim.seedfrom", 0, "first seed of each randomised test: it runs seeds sim.seedfrom to sim.seedfrom+sim.seeds-1")
 	// flagLooseWindows runs the small-send-window scenarios with receive
 	// windows 4x the send window instead of tight ones (RecvWindow ==
 	// SendWindow), where the sender waits for every member's report of its

@@ -169,7 +169,7 @@ func TestRandomised(t *testing.T) {
 	for sh := range shards {
 		t.Run(fmt.Sprintf("shard%d", sh), func(t *testing.T) {
 			t.Parallel()
-			for seed := sh; seed < n; seed += shards {
+			for seed := *flagSeedFrom + sh; seed < *flagSeedFrom+n; seed += shards {
 				sc := newScenario(uint64(seed))
 				if _, err := runScenario(sc); err != nil {
 					failures[sh]++
