@@ -305,9 +305,11 @@ func (g *GMS) reincarnated(m digest.Member) bool {
 	return false
 }
 
-// fixCut picks the cut (the highest seqno any survivor received or closed
-// its window at, at least a leaver's announced highest) and the ranges no
-// survivor holds. A leaver repairs all it holds until its cut closes, so
+// fixCut picks the cut (the highest seqno any survivor received, at
+// least a leaver's announced highest) and the ranges no survivor holds.
+// Where another survivor closed its window does not raise the cut: that
+// may be another partition's cut of the same sender, and the survivors of
+// the view this cut belongs to must close at the same point. A leaver repairs all it holds until its cut closes, so
 // of it only what no survivor holds at or below its announced purge point
 // is declared lost (a forced purge; what stability purged every survivor
 // delivered). Not so when the leaver is gone: a later incarnation of it is
@@ -330,7 +332,6 @@ func (g *GMS) fixCut(c *cutState, now time.Duration) {
 			refix = refix || r.declared
 		}
 		if r.closed {
-			cut = max(cut, r.delivered)
 			gone = true
 		}
 	}

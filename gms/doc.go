@@ -119,7 +119,7 @@
 // with no window, where an earlier cut closed it (a survivor answers only
 // once it has installed a view without that sender, so that its report is
 // all it will ever take from the sender itself), picks the cut (the highest
-// seqno any survivor received or closed at, or the leaver's announced
+// seqno any survivor received, or the leaver's announced
 // highest), computes
 // the ranges no survivor holds and multicasts the cut with them and its
 // stable point (the least delivered point reported: every survivor purges
