@@ -135,17 +135,22 @@ func (g *GMS) refixCuts(prev View, merge bool, now time.Duration) {
 			continue // not fixed: the reports of the members there are now are still awaited
 		}
 		g.log.Info("gms: cut fixed again for the members there are now", "sender", sender, "view", g.view.ID)
-		g.recut(c, now)
+		g.recut(c, nil, now)
 	}
 }
 
 // recut asks the members of the current view for their state of c's
 // sender again and fixes the cut anew from their reports (reopening it if
-// it had closed).
-func (g *GMS) recut(c *cutState, now time.Duration) {
+// it had closed). reports, if not nil, holds reports already in hand (the
+// one that made the coordinator reopen the cut); they count as received.
+func (g *GMS) recut(c *cutState, reports map[digest.Member]cutReport, now time.Duration) {
 	sender := c.dep.member
 	c.fixed, c.closed = false, false
-	c.reports = map[digest.Member]cutReport{g.self.Member: g.localReport(sender)}
+	if reports == nil {
+		reports = make(map[digest.Member]cutReport, 1)
+	}
+	reports[g.self.Member] = g.localReport(sender)
+	c.reports = reports
 	clear(c.acks)
 	c.resendAt = now + g.cfg.ViewAckTimeout
 	g.multicast(&msg{typ: typeCutReq, view: g.view.ID, member: sender})
@@ -231,9 +236,9 @@ func (g *GMS) onCutReport(m *msg, now time.Duration) {
 		// everyone there is now.
 		g.stats.CutsResumed++
 		g.log.Info("gms: closed cut reopened for a member that never acknowledged it", "sender", m.member, "from", m.sender)
-		g.recut(c, now)
-		c.reports[m.sender] = cutReport{ok: true, delivered: m.a, received: m.b, gaps: m.ranges, declared: m.id == 1}
-		g.checkCut(c, now)
+		g.recut(c, map[digest.Member]cutReport{
+			m.sender: {ok: true, delivered: m.a, received: m.b, gaps: m.ranges, declared: m.id == 1},
+		}, now)
 		return
 	}
 	if ok && c.fixed && !c.acks[m.sender] {
