@@ -612,11 +612,8 @@ func (p *Protocol) skipDeclared(s *sender, to uint64) {
 	}
 	if c := uint64(s.cap); to > w.Low()+c {
 		from := max(w.Low(), s.cutStable) + 1
-		for q := from; q <= min(to-c, w.Low()+c); q++ {
-			if w.Has(q) {
-				to = q - 1 + c
-				break
-			}
+		if q, held := w.FirstHeld(from, min(to-c, w.Low()+c)); held {
+			to = q - 1 + c
 		}
 	}
 	if to <= w.Delivered() {

@@ -320,6 +320,19 @@ func (w *Window[T]) AppendGaps(dst []Range, max int) []Range {
 	return dst
 }
 
+// FirstHeld returns the first seqno in [from, to] that is held, if any.
+// The range must lie in (Low(), Low()+Capacity()]. Producer side.
+func (w *Window[T]) FirstHeld(from, to uint64) (uint64, bool) {
+	if from > to {
+		return 0, false
+	}
+	n := to - from + 1
+	if k := w.runLen(from, n, selPresent, false); k < n {
+		return from + k, true
+	}
+	return 0, false
+}
+
 // AppendUnheld appends to dst the ranges of seqnos in (low, delivered]
 // that are not held: delivered as lost (SkipLost) rather than as entries.
 // Nothing else leaves a hole there, since delivered entries stay until a

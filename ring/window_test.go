@@ -481,6 +481,30 @@ func TestWindowAppendUnheld(t *testing.T) {
 	require.Zero(t, allocs, "AppendUnheld allocates only if dst lacks capacity")
 }
 
+func TestWindowFirstHeld(t *testing.T) {
+	// Capacity 64, start 40: the searched ranges wrap around the ring's end.
+	w := newW(t, 64, 40)
+	_, ok := w.FirstHeld(41, 104)
+	require.False(t, ok, "empty window")
+	w.AddRun(100, vals(100, 2))
+	w.MarkLost(41, 60)
+	for _, tc := range []struct {
+		from, to, want uint64
+		ok             bool
+	}{
+		{41, 104, 100, true},
+		{100, 100, 100, true},
+		{101, 104, 101, true},
+		{41, 99, 0, false}, // lost seqnos are not held
+		{102, 104, 0, false},
+		{60, 50, 0, false}, // empty range
+	} {
+		q, ok := w.FirstHeld(tc.from, tc.to)
+		require.Equal(t, tc.ok, ok, "[%d, %d]", tc.from, tc.to)
+		require.Equal(t, tc.want, q, "[%d, %d]", tc.from, tc.to)
+	}
+}
+
 func TestWindowMarkLostEdges(t *testing.T) {
 	// delivered = 3 (low 0), 5 and 6 held, 4 missing.
 	for _, tc := range []struct {
