@@ -37,6 +37,10 @@ type Member struct {
 	// lastProto is the last incarnation's protocol once dropped (Stats
 	// after Close or while rejoining). Guarded by mu.
 	lastProto *nakack.Protocol
+	// droppedHook, if set, sees each incarnation's protocol as it is
+	// dropped (tests: the incarnation an exclusion dropped, which a rejoin
+	// through founding and merging can follow with others). Guarded by mu.
+	droppedHook func(*nakack.Protocol)
 	// g is the membership state machine (gms; a fixed view with static
 	// membership), view its installed view; both guarded by mu.
 	g     membership

@@ -176,6 +176,9 @@ func (m *Member) dropProtocol() {
 	p.Close()
 	m.proto = nil
 	m.lastProto = p
+	if m.droppedHook != nil {
+		m.droppedHook(p)
+	}
 }
 
 // routeView installs v's addresses in the routing table (an address that
