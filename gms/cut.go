@@ -20,6 +20,17 @@ type cutState struct {
 	stable   uint64 // what every survivor that reported a window had delivered
 	acks     map[digest.Member]bool
 	resendAt time.Duration
+	// leaveBy: a graceful leaver repairs what it holds only until its
+	// leave times out (LeaveTimeout after it left, which was before we
+	// learnt of its leave): from leaveBy, LeaveTimeout after we did, the
+	// cut takes it as gone (leaverGone) and is fixed again if its fix
+	// counted on the leaver's repairs (leaverLimited), so that a leaver
+	// that could not repair (it purged after announcing its purge point,
+	// or was cut off from the survivors) does not leave them waiting for
+	// ever.
+	leaveBy       time.Duration
+	leaverGone    bool
+	leaverLimited bool
 	// closedAt: a closed cut is kept a while (pruneCuts), to answer a
 	// survivor that missed the close (its CutAck or report gets the close
 	// again) and a leaver that missed its LeaveRsp (its LEAVE gets it
@@ -101,6 +112,9 @@ func (g *GMS) startCut(d departure, now time.Duration) {
 		return
 	}
 	c := &cutState{dep: d, reports: make(map[digest.Member]cutReport), acks: make(map[digest.Member]bool)}
+	if d.graceful {
+		c.leaveBy = now + g.cfg.LeaveTimeout
+	}
 	g.cuts[d.member] = c
 	c.reports[g.self.Member] = g.localReport(d.member)
 	c.resendAt = now + g.cfg.ViewAckTimeout
@@ -328,7 +342,7 @@ func (g *GMS) fixCut(c *cutState, now time.Duration) {
 	c.fixed = true
 	cut := c.dep.highest
 	minD := ^uint64(0)
-	refix, gone := false, g.reincarnated(c.dep.member)
+	refix, gone := false, c.leaverGone || g.reincarnated(c.dep.member)
 	for _, p := range g.view.Members {
 		r := c.reports[p.Member]
 		if r.ok {
@@ -345,6 +359,7 @@ func (g *GMS) fixCut(c *cutState, now time.Duration) {
 	if c.dep.graceful && !refix && !gone {
 		upto = min(cut, c.dep.low) // a leaver repairs all it has not purged
 	}
+	c.leaverLimited = upto < cut
 	if minD < upto {
 		// Lost = what every reporter misses in (minD, upto]. A reporter
 		// misses its gaps and everything above its received.
@@ -566,6 +581,18 @@ func (g *GMS) tickCuts(now time.Duration) {
 	}
 	for _, sender := range sortedKeys(g.cuts) {
 		c := g.cuts[sender]
+		if c != nil && !c.closed && c.dep.graceful && !c.leaverGone && c.leaveBy > 0 && now >= c.leaveBy {
+			// The leaver's leave has timed out: it repairs nothing any
+			// more. A fix that counted on its repairs is made anew,
+			// declaring lost what no survivor holds.
+			c.leaverGone = true
+			if c.fixed && c.leaverLimited {
+				g.stats.LeaversTimedOut++
+				g.log.Info("gms: leaver's cut fixed again, its leave has timed out", "sender", sender)
+				g.recut(c, nil, now)
+				continue
+			}
+		}
 		if c == nil || c.closed || now < c.resendAt {
 			// nil: a cut that closed in this loop pruned it (checkCut).
 			continue
@@ -610,6 +637,9 @@ func (g *GMS) cutDeadlines(at func(time.Duration)) {
 			at(c.closedAt + g.closedCutKept())
 		case g.IsCoordinator():
 			at(c.resendAt)
+			if c.dep.graceful && !c.leaverGone && c.leaveBy > 0 {
+				at(c.leaveBy)
+			}
 		}
 	}
 }

@@ -142,6 +142,12 @@
 // is in the view (it joined again: the old one repairs nothing) or a
 // survivor closed the leaver's window after an earlier cut (that cut
 // closed, so the leaver has gone), and a LeaveRsp when it closes. A
+// leaver answers retransmissions only until its leave times out
+// (LeaveTimeout after it left), and may be unable to before (cut off from
+// the survivors, or it purged its window after its LEAVE announced the
+// purge point): LeaveTimeout after the coordinator learnt of the leave, a
+// cut that still counts on the leaver's repairs takes it as gone and is
+// fixed again, declaring lost what no survivor holds. A
 // coordinator that closed a cut reopens it, asking everyone again, when
 // a member that never acknowledged it (it was away, in another partition)
 // reports the window it still holds. A member that

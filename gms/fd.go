@@ -621,7 +621,7 @@ func (g *GMS) onLeave(m *msg, now time.Duration) {
 	}
 	d := departure{member: m.sender, highest: m.a, low: m.b, graceful: true}
 	if !g.view.Contains(m.sender) {
-		g.departedLeave(d)
+		g.departedLeave(d, now)
 		return
 	}
 	g.markLeaver(m)
@@ -675,7 +675,7 @@ func (g *GMS) markLeaver(m *msg) {
 // highest, declaring lost only what it purged, if not fixed yet) and the
 // leaver gets its LeaveRsp when the cut closes, or now if it is closed
 // already (it missed it).
-func (g *GMS) departedLeave(d departure) {
+func (g *GMS) departedLeave(d departure, now time.Duration) {
 	ow := g.open[d.member]
 	if ow != nil {
 		ow.graceful, ow.highest, ow.low = true, max(ow.highest, d.highest), max(ow.low, d.low)
@@ -686,6 +686,9 @@ func (g *GMS) departedLeave(d departure) {
 	}
 	if !c.fixed {
 		c.dep.highest, c.dep.low = max(c.dep.highest, d.highest), max(c.dep.low, d.low)
+	}
+	if !c.dep.graceful {
+		c.leaveBy = now + g.cfg.LeaveTimeout
 	}
 	c.dep.graceful = true
 	if c.dep.peer.Addr == "" && ow != nil {

@@ -29,6 +29,7 @@ type Stats struct {
 	Unsuspicions     uint64 // suspicions withdrawn: the suspect was heard from again (Listener.Unsuspected)
 	CutsClosed       uint64 // departed senders' cuts closed (coordinator)
 	CutsResumed      uint64 // cuts left open by an earlier coordinator, resumed (coordinator)
+	LeaversTimedOut  uint64 // graceful leavers' cuts fixed again once the leave had timed out: the leaver repairs nothing more (coordinator)
 	CutReqsEarly     uint64 // cut requests ignored: the sender was still in this member's view (survivor)
 	ViewsResent      uint64 // views resent to a member whose heartbeat named an older view of ours (coordinator)
 	BehindExcluded   uint64 // members excluded because no view could bring them forward (coordinator, memberBehind)

@@ -221,6 +221,55 @@ func TestLeaverCutAfterForcedPurge(t *testing.T) {
 	}
 }
 
+// TestLeaverCutWhenLeaveTimesOut (simulator, real nakack): in a group of
+// four, L sends 1..n (one seqno a datagram) and no copy of k..n reaches
+// anyone, L's repairs included. L leaves gracefully: its LEAVE announces a
+// purge point below k, so the cut counts on L to repair k..n. In even
+// seeds L then force-purges its window up to n (after its LEAVE announced
+// the purge point: seeds 98119, 66832 and 91139 of
+// TestWholeGroupRandomised); in odd seeds it keeps them but none of its
+// repairs gets through (a leaver cut off from the survivors until its
+// leave times out: seed 106236). Either way L repairs nothing and gives
+// up at its LeaveTimeout; the coordinator, LeaveTimeout after it learnt of
+// the leave, takes L as gone and fixes the cut again, declaring k..n lost:
+// every survivor reports k..n lost once and the cut closes. (Before, the
+// fix kept waiting for L's repairs and the cut never closed.)
+func TestLeaverCutWhenLeaveTimesOut(t *testing.T) {
+	for seed := range uint64(seeds(10, 4)) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			h, all := joinFourBundling(t, seed, 1)
+			r := rand.New(rand.NewPCG(seed, 83))
+			l := all[r.IntN(4)]
+			lm := l.self()
+			surv := others(all, l)
+			n, k := lostTail(r)
+			h.dropTail(l, k, n, digest.Member{})
+			leaveAt := h.sendOnePerMs(l, n) + time.Millisecond
+			h.do(leaveAt, l, func(now time.Duration) {
+				require.NoError(t, l.g.Leave(now))
+				require.Less(t, l.g.leave.low, k, "L's LEAVE announces a purge point below k")
+			})
+			if seed%2 == 0 {
+				h.do(leaveAt+time.Duration(1+r.IntN(50))*time.Millisecond, l, func(time.Duration) {
+					_, err := l.p().ForcePurge(lm, n)
+					require.NoError(t, err)
+				})
+			}
+			h.runUntil(func() bool { return len(l.left) > 0 && settled(surv...) },
+				leaveAt+l.g.cfg.LeaveTimeout+5*time.Second, "left, cut closed")
+			require.Equal(t, []error{nil}, l.left)
+			require.Equal(t, uint64(1), l.g.Stats().LeaveTimeouts, "L repaired nothing, so it timed out")
+			var refixed uint64
+			for _, s := range surv {
+				refixed += s.g.Stats().LeaversTimedOut
+			}
+			require.Positive(t, refixed, "the cut was fixed again once L's leave timed out")
+			requireTailLost(t, surv, lm, k, n)
+			h.noErrors()
+		})
+	}
+}
+
 // TestLeaverCutAfterNotFoundMissedByOne (simulator, real nakack): in a
 // group of four, L sends 1..n (one seqno a datagram); no copy of k..n
 // reaches anyone and L force-purges its window up to n. Survivor A asks
