@@ -108,15 +108,20 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 	if s.preLost.To != 0 && max > 0 {
 		r := s.preLost
 		if w != nil && w.Delivered() == r.To {
-			// A lost run right at the window's start continues it.
+			// A lost run right at the window's start continues it, and
+			// so do the messages after it that are lost too (lostChain;
+			// what it leaves undecided does not hold the range back,
+			// which is reported at once, as before the window holds
+			// anything).
+			to := r.To
 			if next, ok := w.PeekLost(); ok {
-				to, ready := p.lostEnd(s, next)
-				if !ready {
+				var ready bool
+				if to, ready = p.lostEnd(s, next); !ready {
 					return 0, false
 				}
 				w.SkipLost()
-				r.To = to
 			}
+			r.To, _ = p.lostChain(s, to)
 		}
 		s.preLost = wire.Range{}
 		p.reportLost(s, h, r.From, r.To)
@@ -152,8 +157,12 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 			if !ready {
 				return k, false
 			}
+			end, ready := p.lostChain(s, to)
+			if !ready {
+				return k, false
+			}
 			w.SkipLost()
-			p.reportLost(s, h, r.From, to)
+			p.reportLost(s, h, r.From, end)
 			if s.hasCut && to > w.Delivered() {
 				p.skipDeclared(s, to)
 			}
@@ -182,6 +191,9 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 //   - otherwise (followed by a held seqno, or the run reaches the highest
 //     seqno known, or a departed sender's, decided by cutLostReady), it is
 //     ready as it is.
+//
+// The event may go on past the run's end: over the fragmented messages
+// the run makes undeliverable and the lost runs after them (lostChain).
 func (p *Protocol) lostEnd(s *sender, r ring.Range) (to uint64, ready bool) {
 	w := s.win
 	if edge := w.Low() + uint64(s.cap); r.To >= edge {
@@ -198,6 +210,133 @@ func (p *Protocol) lostEnd(s *sender, r ring.Range) (to uint64, ready bool) {
 		return r.To, false
 	}
 	return r.To, true
+}
+
+// lostChain returns where the lost event whose run of s's window ends at
+// to (as lostEnd decided) ends, and whether it may be reported now. A
+// lost run is one event with the fragmented messages it makes
+// undeliverable and the lost runs right after them, whatever fragments of
+// those messages this member holds: a member that holds a fragment of a
+// lost message reports the same range as one that holds none (seed
+// 75967: 168 lost, 169 held, 170..225 lost, 168..169 one message, is
+// 168..225, not 168..169 then 170..225). From to+1 on, while the window
+// says so:
+//   - a held fragment other than the first belongs to a message that began
+//     in the run (or before it): the message is lost, the event goes on to
+//     its last fragment (not for a message begun at or below the join
+//     point: reportLost skips the run with it);
+//   - a held first fragment whose message has a fragment marked lost: the
+//     message is lost too, the event goes on to its last fragment; one
+//     whose fragments are all held ends the event (it is delivered); one
+//     with a gap and no lost fragment is undecided: a live sender's event
+//     is not ready (the gap is repaired or turns out lost), a departed
+//     sender's ends there;
+//   - a lost run continues the event (through to lostTo, or the ranges
+//     the cut declared, if it reaches the window's capacity, as lostEnd);
+//   - a gap ends the event, not ready for a live sender (as lostEnd);
+//   - anything else (a whole message, the highest seqno known, the
+//     window's capacity, a departed sender's cut, a message the cut ends
+//     inside, reported by lostAtCut) ends it.
+//
+// The window consumes the pieces after the first as usual: the held
+// fragments are dropped (reassembly.skipTo) and the later lost runs were
+// reported already (reassembly.reported), so they report nothing.
+func (p *Protocol) lostChain(s *sender, to uint64) (uint64, bool) {
+	w := s.win
+	live := s.state != departed
+	for {
+		edge := w.Low() + uint64(s.cap)
+		if to >= edge || (s.hasCut && to >= s.cut) {
+			return to, true
+		}
+		q := to + 1
+		if q > s.target() {
+			return to, true
+		}
+		m, held := w.Get(q)
+		if !held {
+			lr, lost := lostRunAt(w, q)
+			if !lost {
+				return to, !live // a gap
+			}
+			to = lr.To
+			if to >= edge {
+				to = max(to, s.lostTo)
+				if s.hasCut {
+					to = max(to, cutLostThrough(s, to+1))
+				}
+				return to, true
+			}
+			continue
+		}
+		if m.fc == 0 {
+			return to, true
+		}
+		first := q - uint64(m.fi)
+		last := first + uint64(m.fc) - 1
+		if m.fi != 0 {
+			if first <= s.reasm.joinedAt {
+				return to, true
+			}
+			to = last
+			if s.hasCut {
+				to = min(to, s.cut)
+			}
+			continue
+		}
+		if last > edge || (s.hasCut && last > s.cut) {
+			return to, true
+		}
+		switch fragsFate(w, q+1, last) {
+		case fragsHeld:
+			return to, true
+		case fragsUndecided:
+			return to, !live
+		}
+		to = last
+	}
+}
+
+// lostRunAt returns the run of seqnos marked lost in w from q on, if q is
+// marked lost (above the delivered point, neither held nor a gap).
+func lostRunAt(w *ring.Window[msg], q uint64) (ring.Range, bool) {
+	rc := w.Received()
+	if q <= w.Delivered() || q > rc || w.Has(q) {
+		return ring.Range{}, false
+	}
+	end := rc
+	if g, ok := w.NextGap(q - 1); ok {
+		if g.From == q {
+			return ring.Range{}, false
+		}
+		end = g.From - 1
+	}
+	if h, ok := w.FirstHeld(q, min(end, w.Low()+uint64(w.Capacity()))); ok {
+		end = h - 1
+	}
+	return ring.Range{From: q, To: end}, true
+}
+
+const (
+	fragsHeld      = iota // every fragment is held
+	fragsLost             // a fragment is marked lost
+	fragsUndecided        // a fragment is missing, none is lost
+)
+
+// fragsFate tells whether w holds every seqno in [from, to] (the fragments
+// of a message after its first), has one of them marked lost, or neither.
+func fragsFate(w *ring.Window[msg], from, to uint64) int {
+	fate := fragsHeld
+	for q := from; q <= to; q++ {
+		if w.Has(q) {
+			continue
+		}
+		if _, lost := lostRunAt(w, q); lost {
+			return fragsLost
+		}
+		fate = fragsUndecided
+	}
+	return fate
 }
 
 // deliverRun delivers ms (seqnos first..): runs of whole messages

@@ -566,6 +566,12 @@ func (p *Protocol) CompleteCut(m digest.Member, cut uint64, now time.Duration) e
 	if (s.reasm.active || s.reasm.orphan != 0) && s.delivered() >= cut {
 		p.markReady(s) // Poll reports the message the cut ends inside (lostAtCut)
 	}
+	if s.contig > s.delivered() {
+		// A lost run held back while the sender was live (lostChain: a
+		// message after it with a fragment missing) is decided by the
+		// cut, even if no repair or declaration follows.
+		p.markReady(s)
+	}
 	p.checkGaps(s, now)
 	return nil
 }

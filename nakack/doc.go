@@ -178,7 +178,15 @@
 // the same seqnos report the same ranges: Poll reports it once the seqno
 // after it is held (or the run reaches the highest seqno known, or the
 // window's capacity, above), not while a gap that may still turn out lost
-// follows it (a later MSG_NOT_FOUND of a sender that purged more). It is logged once at WARN (Config.Logger) with our
+// follows it (a later MSG_NOT_FOUND of a sender that purged more). The
+// run takes in every fragmented message it makes undeliverable, with the
+// fragments of it this member holds, and the lost runs right after such
+// a message (lostChain): a member that holds a fragment of a lost message
+// reports the same range as one that holds none (seed 75967: 168 lost,
+// 169 held, 170..225 lost, 168..169 one message, is reported as 168..225,
+// not as 168..169 then 170..225). A held first fragment of a message
+// whose fate is still open (a fragment missing, none marked lost) holds
+// a live sender's report back as a gap does. It is logged once at WARN (Config.Logger) with our
 // window, the sender's digest and our digest history. One from anyone else,
 // for another view, for another requester, or that would move nothing, is
 // ignored and counted. Unless Config.Authenticated (the driver verifies

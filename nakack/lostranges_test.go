@@ -1,6 +1,7 @@
 package nakack
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -79,4 +80,131 @@ func TestLostRangeWaitsForItsEnd(t *testing.T) {
 	c.run(c.now+2*time.Second, nil)
 	require.Equal(t, []lostEvent{{mB, 51, 150}}, c.rec(mA).lostOf(mB))
 	require.Equal(t, cat(span(1, 50), span(151, 201)), c.rec(mA).seqs(mB))
+}
+
+// sendWithFrag has B send "b1".."b<n>" one datagram each, but for a
+// message of two fragments (1200*2 bytes, two datagrams) at seqnos
+// frag, frag+1, and returns the datagrams.
+func sendWithFrag(t *testing.T, c *cluster, frag uint64, n int) []dgram {
+	t.Helper()
+	p := c.p(mB)
+	for seq := uint64(1); seq <= uint64(n); seq++ {
+		pl := []byte("b" + itoa(int(seq)))
+		if seq == frag {
+			pl = bytes.Repeat([]byte("x"), 2400)
+		} else if seq == frag+1 {
+			continue
+		}
+		_, err := p.Send(pl, c.now)
+		require.NoError(t, err)
+		p.Flush(c.now)
+	}
+	require.Equal(t, uint64(n+1), p.NextSeq())
+	return c.take()
+}
+
+// TestLostRangeOverHeldFragments (seed 75967): B sends 1, a message M of
+// two fragments and more small messages, one datagram each; A receives 1
+// and one fragment of M, C only 1; B purges up to 10, past M. The lost
+// seqnos are the same for A and C (what A holds of M can never be
+// delivered), so both report one range, [2,10]: M's held fragment
+// neither ends the run nor splits it. Before the fix A reported
+// M lost as its own range, then the run after it ([2,3] then [4,10] when
+// A held M's second fragment, [2,2] then [3,10] when it held M's first
+// and lacked 2).
+func TestLostRangeOverHeldFragments(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		frag  uint64 // M's first fragment
+		aHeld uint64 // what A holds of M
+	}{
+		{"second fragment held", 2, 3},
+		{"first fragment held", 3, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, func(cfg *Config) { cfg.MaxBundle = 1 }, mB, mA, mC)
+			ds := sendWithFrag(t, c, tc.frag, 10)
+			c.deliverTo(dataOf(t, ds, 1), mA)
+			c.deliverTo(dataOf(t, ds, tc.aHeld), mA)
+			c.deliverTo(dataOf(t, ds, 1), mC)
+			c.poll()
+			_, err := c.p(mB).ForcePurge(mB, 10)
+			require.NoError(t, err)
+			c.deliver(c.send(mB, false, "b11"), nil)
+			c.run(c.now+2*time.Second, nil)
+			for _, m := range []digest.Member{mA, mC} {
+				r := c.rec(m)
+				require.Equal(t, []lostEvent{{mB, 2, 10}}, r.lostOf(mB), "member %v", m)
+				require.Equal(t, []uint64{1, 11}, r.seqs(mB), "member %v", m)
+			}
+		})
+	}
+}
+
+// TestLostRangeWaitsForHeldMessage: B purged 1..2 only; A lacks 2 and
+// M's second fragment 4 (B still holds it) and holds M's first fragment
+// 3. Whether the run 2 goes on through M depends on 4 (lost or not): A
+// waits for the repair of 4, then reports [2,2] and delivers M and 5,
+// like C, which lacked only 2.
+func TestLostRangeWaitsForHeldMessage(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.MaxBundle = 1 }, mB, mA, mC)
+	ds := sendWithFrag(t, c, 3, 5)
+	for _, s := range []uint64{1, 3, 5} {
+		c.deliverTo(dataOf(t, ds, s), mA)
+	}
+	for _, s := range []uint64{1, 3, 4, 5} {
+		c.deliverTo(dataOf(t, ds, s), mC)
+	}
+	c.poll()
+	_, err := c.p(mB).ForcePurge(mB, 2)
+	require.NoError(t, err)
+	c.run(c.now+2*time.Second, nil)
+	for _, m := range []digest.Member{mA, mC} {
+		r := c.rec(m)
+		require.Equal(t, []lostEvent{{mB, 2, 2}}, r.lostOf(mB), "member %v", m)
+		require.Equal(t, []uint64{1, 3, 5}, r.seqs(mB), "member %v", m)
+	}
+}
+
+// TestLostRangeHeldBackDecidedByCut: B purged 1..2; A and C lack 2 and
+// hold M's first fragment 3, and M's second fragment 4 reaches nobody (B's
+// repairs of it are lost too). The run 2 waits for M's fate; B crashes and
+// the cut falls at 3, inside M: with no repair or declaration to come,
+// the cut itself lets Poll go on. Both survivors report 2 lost, then M
+// from its first fragment to the cut (lostAtCut), and nothing stays
+// unreported when they acknowledge the cut.
+func TestLostRangeHeldBackDecidedByCut(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.MaxBundle = 1 }, mA, mC, mB)
+	ds := sendWithFrag(t, c, 3, 4)
+	for _, m := range []digest.Member{mA, mC} {
+		for _, s := range []uint64{1, 3} {
+			c.deliverTo(dataOf(t, ds, s), m)
+		}
+	}
+	c.poll()
+	_, err := c.p(mB).ForcePurge(mB, 2)
+	require.NoError(t, err)
+	no4 := func(d dgram, to digest.Member) bool {
+		if d.from != mB || (d.typ != wire.TypeData && d.typ != wire.TypeFrag) {
+			return false
+		}
+		_, first, last := dataRange(t, d)
+		return first <= 4 && 4 <= last
+	}
+	c.run(c.now+500*time.Millisecond, no4)
+	for _, m := range []digest.Member{mA, mC} {
+		require.Empty(t, c.rec(m).lostOf(mB), "member %v: 2 is lost, M undecided", m)
+		require.NotZero(t, c.p(m).Stats().NotFoundConfirmed, "member %v", m)
+	}
+	c.crash(mB)
+	for _, m := range []digest.Member{mA, mC} {
+		require.Equal(t, uint64(3), c.report(m, mB).received, "member %v", m)
+		c.applyCut(m, mB, 3)
+	}
+	c.run(c.now+time.Second, nil)
+	for _, m := range []digest.Member{mA, mC} {
+		require.Equal(t, []lostEvent{{mB, 2, 2}, {mB, 3, 3}}, c.rec(m).lostOf(mB), "member %v", m)
+		require.Equal(t, []uint64{1}, c.rec(m).seqs(mB), "member %v", m)
+		require.False(t, c.p(m).CutPending(mB), "member %v", m)
+	}
 }
