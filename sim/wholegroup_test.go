@@ -393,8 +393,12 @@ func checkClean(c *members.Cluster) error {
 // gone and the cut never closed. 75967: members that held one fragment
 // of a message the sender purged reported it lost apart from the lost
 // run after it (168-169, 170-225), one that held none as one range
-// (168-225).
-var wgRegressions = []uint64{5721, 6629, 15270, 17412, 17498, 24390, 35973, 40131, 45392, 47912, 66757, 66832, 75967, 91139, 93649, 98119, 106236}
+// (168-225). 84385: a state provider told lost, by a forced purge's
+// MSG_NOT_FOUND, a range above its state point that the requester held
+// and re-delivered after installing the state; the loss came before the
+// install, so the check (not the protocol) missed it and compared the
+// two past it.
+var wgRegressions = []uint64{5721, 6629, 15270, 17412, 17498, 24390, 35973, 40131, 45392, 47912, 66757, 66832, 75967, 84385, 91139, 93649, 98119, 106236}
 
 func wgReplay(seed uint64) string {
 	return fmt.Sprintf("go test ./sim/ -run 'TestWholeGroupRandomised$' -sim.seed=%d -v", seed)

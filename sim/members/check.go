@@ -206,11 +206,12 @@ func (c *Cluster) checkBoundaries() error {
 
 // checkStates: the requester of a state transfer and its provider, both
 // still members at the end (the provider not having installed a state of
-// its own since), have the same application state of every
-// sender the digest covered that neither was told lost anything of since
-// the transfer, where both streams stand at the end (or, if one stream
+// its own since), have the same application state of every sender the
+// digest covered, where both streams stand at the end (or, if one stream
 // ends earlier, a departed sender's cut on one side of a partition, where
-// both accounted for the same seqnos).
+// both accounted for the same seqnos), or, if either was told lost
+// anything of that sender since the transfer, where both stood before the
+// first such range (stateEnd).
 func (c *Cluster) checkStates(final []*Node) error {
 	cur := map[digest.Member]*Incarnation{}
 	for _, n := range final {
@@ -231,10 +232,13 @@ func (c *Cluster) checkStates(final []*Node) error {
 		}
 		for _, e := range in.Digest.Entries() {
 			rs, ps := req.App.Stream(e.Member), prov.App.Stream(e.Member)
-			if rs == nil || ps == nil || lostSince(rs, in.At) || lostSince(ps, in.At) {
+			if rs == nil || ps == nil {
 				continue
 			}
-			end := min(rs.Next, ps.Next) - 1
+			end, ok := stateEnd(rs, ps, e.Delivered, in.At)
+			if !ok {
+				continue
+			}
 			rc, rok := rs.chainAt(end)
 			pc, pok := ps.chainAt(end)
 			if rok && pok && rc != pc {
@@ -246,13 +250,32 @@ func (c *Cluster) checkStates(final []*Node) error {
 	return err
 }
 
-func lostSince(s *Stream, at time.Duration) bool {
-	for _, e := range s.Events {
+// stateEnd returns the seqno up to which a state transfer's requester
+// (stream rs) and provider (ps) must have the same application state of a
+// sender: where both streams stand, or just before the first range either
+// was told lost since the transfer, where they may part (a forced purge's
+// MSG_NOT_FOUND tells one member lost what another holds and delivers).
+// The transfer began for the provider when it took the state, at the
+// digest's point for the sender (point): a range above it was lost since,
+// even if the provider was told so before the requester installed the
+// state (at). The requester's stream starts at the install (at). ok is
+// false when the requester was told lost the message the point falls
+// inside, before anything else (nothing is left to compare).
+func stateEnd(rs, ps *Stream, point uint64, at time.Duration) (end uint64, ok bool) {
+	end = min(rs.Next, ps.Next) - 1
+	for _, e := range rs.Events {
 		if e.Lost && e.At >= at {
-			return true
+			end = min(end, e.From-1)
+			break
 		}
 	}
-	return false
+	for _, e := range ps.Events {
+		if e.Lost && (e.To > point || e.At >= at) {
+			end = min(end, e.From-1)
+			break
+		}
+	}
+	return end, end >= point
 }
 
 // checkMalformed: no datagram failed to decode anywhere.
