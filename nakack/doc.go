@@ -186,8 +186,9 @@
 // 169 held, 170..225 lost, 168..169 one message, is reported as 168..225,
 // not as 168..169 then 170..225). A held first fragment of a message
 // whose fate is still open (a fragment missing, none marked lost) holds
-// a live sender's report back as a gap does. It is logged once at WARN (Config.Logger) with our
-// window, the sender's digest and our digest history. One from anyone else,
+// a live sender's report back as a gap does. A MSG_NOT_FOUND is logged
+// once at WARN (Config.Logger) with our window, the sender's digest and
+// our digest history. One from anyone else,
 // for another view, for another requester, or that would move nothing, is
 // ignored and counted. Unless Config.Authenticated (the driver verifies
 // every datagram's tag), it is the one message acted on only once its

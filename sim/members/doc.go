@@ -33,8 +33,9 @@
 // requester and provider end with the same application state (the hash
 // chain of every delivery) for every sender, up to the first range either
 // was told lost since the transfer (for the provider, above the state's
-// point: a forced purge may make it lose what the requester holds); and every member of the final view delivered or was told
-// lost every message of every sender of that view (and of departed senders
-// up to their cuts), the group purges everything once traffic stops, and
+// point: a forced purge may make it lose what the requester holds); and
+// every member of the final view delivered or was told lost every
+// message of every sender of that view (and of departed senders up to
+// their cuts), the group purges everything once traffic stops, and
 // retransmission traffic ends.
 package members
