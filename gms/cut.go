@@ -328,12 +328,14 @@ func (g *GMS) reincarnated(m digest.Member) bool {
 // least a leaver's announced highest) and the ranges no survivor holds.
 // Where another survivor closed its window does not raise the cut: that
 // may be another partition's cut of the same sender, and the survivors of
-// the view this cut belongs to must close at the same point. A leaver repairs all it holds until its cut closes, so
-// of it only what no survivor holds at or below its announced purge point
-// is declared lost (a forced purge; what stability purged every survivor
-// delivered). Not so when the leaver is gone: a later incarnation of it is
-// in the view (reincarnated) or a survivor closed its window after an
-// earlier cut (which closed, so the leaver got its LeaveRsp). Nor when a
+// the view this cut belongs to must close at the same point. A leaver
+// repairs all it holds until its cut closes, so of it only what no
+// survivor holds at or below its announced purge point is declared lost
+// (a forced purge; what stability purged every survivor delivered). Not
+// so when the leaver is gone: a later incarnation of it is in the view
+// (reincarnated), a survivor closed its window after an earlier cut
+// (which closed, so the leaver got its LeaveRsp), or its leave has timed
+// out (leaverGone). Nor when a
 // survivor reports a fix that declared ranges lost (a coordinator that did
 // not know of the leave cut the sender as crashed): they are final at that
 // survivor, so they are declared again for everyone (they are in every

@@ -198,14 +198,8 @@ func TestLeaverCutResumedByNewCoordinator(t *testing.T) {
 func TestLeaverCutAfterForcedPurge(t *testing.T) {
 	for seed := range uint64(seeds(10, 3)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			h, all := joinFourBundling(t, seed, 1)
-			r := rand.New(rand.NewPCG(seed, 71))
-			l := all[r.IntN(4)]
+			h, _, l, surv, n, k, leaveAt := lostTailLeaver(t, seed, 71)
 			lm := l.self()
-			surv := others(all, l)
-			n, k := lostTail(r)
-			h.dropTail(l, k, n, digest.Member{})
-			leaveAt := h.sendOnePerMs(l, n) + time.Millisecond
 			h.do(leaveAt, l, func(now time.Duration) {
 				_, err := l.p().ForcePurge(lm, n)
 				require.NoError(t, err)
@@ -237,14 +231,8 @@ func TestLeaverCutAfterForcedPurge(t *testing.T) {
 func TestLeaverCutWhenLeaveTimesOut(t *testing.T) {
 	for seed := range uint64(seeds(10, 4)) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			h, all := joinFourBundling(t, seed, 1)
-			r := rand.New(rand.NewPCG(seed, 83))
-			l := all[r.IntN(4)]
+			h, r, l, surv, n, k, leaveAt := lostTailLeaver(t, seed, 83)
 			lm := l.self()
-			surv := others(all, l)
-			n, k := lostTail(r)
-			h.dropTail(l, k, n, digest.Member{})
-			leaveAt := h.sendOnePerMs(l, n) + time.Millisecond
 			h.do(leaveAt, l, func(now time.Duration) {
 				require.NoError(t, l.g.Leave(now))
 				require.Less(t, l.g.leave.low, k, "L's LEAVE announces a purge point below k")
@@ -372,6 +360,21 @@ func TestLeaverCutClosedWhileOneWasAway(t *testing.T) {
 			h.noErrors()
 		})
 	}
+}
+
+// lostTailLeaver sets up the purged-leaver scenario two tests share: a
+// group of four, leaver l drawn with r (PCG stream), l sends 1..n one a
+// millisecond, and no copy of k..n (nor l's MSG_NOT_FOUNDs and
+// CHALLENGEs) reaches anyone. leaveAt is a millisecond after l's last
+// send; surv are the other three.
+func lostTailLeaver(t *testing.T, seed, stream uint64) (h *harness, r *rand.Rand, l *node, surv []*node, n, k uint64, leaveAt time.Duration) {
+	h, all := joinFourBundling(t, seed, 1)
+	r = rand.New(rand.NewPCG(seed, stream))
+	l = all[r.IntN(4)]
+	surv = others(all, l)
+	n, k = lostTail(r)
+	h.dropTail(l, k, n, digest.Member{})
+	return h, r, l, surv, n, k, h.sendOnePerMs(l, n) + time.Millisecond
 }
 
 // lostTail draws from r the last seqno n a leaver sends (20..39) and the

@@ -197,11 +197,7 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 func (p *Protocol) lostEnd(s *sender, r ring.Range) (to uint64, ready bool) {
 	w := s.win
 	if edge := w.Low() + uint64(s.cap); r.To >= edge {
-		to := max(r.To, s.lostTo)
-		if s.hasCut {
-			to = max(to, cutLostThrough(s, to+1))
-		}
-		return to, true
+		return lostBeyondCap(s, r.To), true
 	}
 	if s.state == departed {
 		return r.To, true
@@ -212,15 +208,26 @@ func (p *Protocol) lostEnd(s *sender, r ring.Range) (to uint64, ready bool) {
 	return r.To, true
 }
 
+// lostBeyondCap is where a lost run of s that ends at to, at or beyond
+// the window's capacity, ends as an event: on up to lostTo (all of it is
+// lost: nothing beyond the capacity is held) and, for a departed sender,
+// through the ranges its cut declared lost that continue it.
+func lostBeyondCap(s *sender, to uint64) uint64 {
+	to = max(to, s.lostTo)
+	if s.hasCut {
+		to = max(to, cutLostThrough(s, to+1))
+	}
+	return to
+}
+
 // lostChain returns where the lost event whose run of s's window ends at
 // to (as lostEnd decided) ends, and whether it may be reported now. A
 // lost run is one event with the fragmented messages it makes
 // undeliverable and the lost runs right after them, whatever fragments of
 // those messages this member holds: a member that holds a fragment of a
-// lost message reports the same range as one that holds none (seed
-// 75967: 168 lost, 169 held, 170..225 lost, 168..169 one message, is
-// 168..225, not 168..169 then 170..225). From to+1 on, while the window
-// says so:
+// lost message reports the same range as one that holds none (168 lost,
+// 169 held, 170..225 lost, 168..169 one message, is 168..225, not
+// 168..169 then 170..225). From to+1 on, while the window says so:
 //   - a held fragment other than the first belongs to a message that began
 //     in the run (or before it): the message is lost, the event goes on to
 //     its last fragment (not for a message begun at or below the join
@@ -255,17 +262,12 @@ func (p *Protocol) lostChain(s *sender, to uint64) (uint64, bool) {
 		}
 		m, held := w.Get(q)
 		if !held {
-			lr, lost := lostRunAt(w, q)
+			lr, lost := w.LostRun(q)
 			if !lost {
 				return to, !live // a gap
 			}
-			to = lr.To
-			if to >= edge {
-				to = max(to, s.lostTo)
-				if s.hasCut {
-					to = max(to, cutLostThrough(s, to+1))
-				}
-				return to, true
+			if to = lr.To; to >= edge {
+				return lostBeyondCap(s, to), true
 			}
 			continue
 		}
@@ -297,26 +299,6 @@ func (p *Protocol) lostChain(s *sender, to uint64) (uint64, bool) {
 	}
 }
 
-// lostRunAt returns the run of seqnos marked lost in w from q on, if q is
-// marked lost (above the delivered point, neither held nor a gap).
-func lostRunAt(w *ring.Window[msg], q uint64) (ring.Range, bool) {
-	rc := w.Received()
-	if q <= w.Delivered() || q > rc || w.Has(q) {
-		return ring.Range{}, false
-	}
-	end := rc
-	if g, ok := w.NextGap(q - 1); ok {
-		if g.From == q {
-			return ring.Range{}, false
-		}
-		end = g.From - 1
-	}
-	if h, ok := w.FirstHeld(q, min(end, w.Low()+uint64(w.Capacity()))); ok {
-		end = h - 1
-	}
-	return ring.Range{From: q, To: end}, true
-}
-
 const (
 	fragsHeld      = iota // every fragment is held
 	fragsLost             // a fragment is marked lost
@@ -331,7 +313,7 @@ func fragsFate(w *ring.Window[msg], from, to uint64) int {
 		if w.Has(q) {
 			continue
 		}
-		if _, lost := lostRunAt(w, q); lost {
+		if _, lost := w.LostRun(q); lost {
 			return fragsLost
 		}
 		fate = fragsUndecided

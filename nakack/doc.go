@@ -182,9 +182,9 @@
 // run takes in every fragmented message it makes undeliverable, with the
 // fragments of it this member holds, and the lost runs right after such
 // a message (lostChain): a member that holds a fragment of a lost message
-// reports the same range as one that holds none (seed 75967: 168 lost,
-// 169 held, 170..225 lost, 168..169 one message, is reported as 168..225,
-// not as 168..169 then 170..225). A held first fragment of a message
+// reports the same range as one that holds none (168 lost, 169 held,
+// 170..225 lost, 168..169 one message, is reported as 168..225, not as
+// 168..169 then 170..225). A held first fragment of a message
 // whose fate is still open (a fragment missing, none marked lost) holds
 // a live sender's report back as a gap does. A MSG_NOT_FOUND is logged
 // once at WARN (Config.Logger) with our window, the sender's digest and

@@ -333,6 +333,20 @@ func (w *Window[T]) FirstHeld(from, to uint64) (uint64, bool) {
 	return 0, false
 }
 
+// LostRun returns the run of seqnos marked lost (MarkLost) from q on, if
+// q is one: q above Delivered(), the run ending before the first seqno
+// that is held or missing. Producer side.
+func (w *Window[T]) LostRun(q uint64) (Range, bool) {
+	if q <= w.delivered.Load() || q > w.received {
+		return Range{}, false
+	}
+	k := w.runLen(q, w.received-q+1, selLost, true)
+	if k == 0 {
+		return Range{}, false
+	}
+	return Range{From: q, To: q + k - 1}, true
+}
+
 // AppendUnheld appends to dst the ranges of seqnos in (low, delivered]
 // that are not held: delivered as lost (SkipLost) rather than as entries.
 // Nothing else leaves a hole there, since delivered entries stay until a

@@ -505,6 +505,35 @@ func TestWindowFirstHeld(t *testing.T) {
 	}
 }
 
+func TestWindowLostRun(t *testing.T) {
+	// Capacity 64, start 40: the runs wrap around the ring's end.
+	w := newW(t, 64, 40)
+	w.AddRun(41, vals(41, 1))
+	w.AddRun(70, vals(70, 1))
+	w.AddRun(100, vals(100, 1))
+	w.MarkLost(50, 69) // 42..49 stay missing
+	w.MarkLost(71, 99)
+	for _, tc := range []struct {
+		q    uint64
+		want Range
+		ok   bool
+	}{
+		{50, Range{From: 50, To: 69}, true},
+		{60, Range{From: 60, To: 69}, true},
+		{71, Range{From: 71, To: 99}, true},
+		{45, Range{}, false},  // missing
+		{70, Range{}, false},  // held
+		{101, Range{}, false}, // above received
+	} {
+		r, ok := w.LostRun(tc.q)
+		require.Equal(t, tc.ok, ok, "%d", tc.q)
+		require.Equal(t, tc.want, r, "%d", tc.q)
+	}
+	drain(t, w) // delivers 41 only: 42 is missing
+	_, ok := w.LostRun(41)
+	require.False(t, ok, "at or below delivered")
+}
+
 func TestWindowMarkLostEdges(t *testing.T) {
 	// delivered = 3 (low 0), 5 and 6 held, 4 missing.
 	for _, tc := range []struct {
