@@ -38,17 +38,21 @@
 // unicast address) and whose other 63 bits are a count. A subkey belongs to
 // one (group, key, member id, incarnation), so a nonce can only repeat if
 // one of those is used by two seals with the same salt and counter. Within a
-// process every seal takes the next count of one process-wide source
-// (NonceSource), whatever member, incarnation, key or path: no two seals of
-// a process share a count, so none share a counter (the path bit only labels
-// a count, and a sealer refuses a count that reaches the bit,
-// ErrCountersExhausted, so a count never sets it). Across processes the
-// count starts at the wall clock in nanoseconds when the process starts, so
-// a restart begins above every count its predecessor used: a process seals
-// far fewer than one datagram per nanosecond (the machines here move at most
-// some 10^6 datagrams a second), so its count stays behind the clock. That
-// is what makes a restart safe for the members whose incarnation does not
-// change across processes: a static member keeps Config.Self as given, and
+// process every seal takes the next count of its path from one
+// process-wide source (NonceSource), whatever member, incarnation or key:
+// no two seals of a process on one path share a count, and the path bit
+// keeps the two paths' counters apart, so no two seals share a counter (a
+// sealer refuses a count that reaches the bit, ErrCountersExhausted, so a
+// count never sets it). Each path counts on its own so that its counts
+// stay dense: a repair flood on the unicast path does not spread the group
+// path's counts beyond its replay window (see "Replay window"). Across
+// processes each path's count starts at the wall clock in nanoseconds when
+// the process starts, so a restart begins above every count its
+// predecessor used: a process seals far fewer than one datagram per
+// nanosecond (the machines here move at most some 10^6 datagrams a
+// second), so its counts stay behind the clock. That is what makes a
+// restart safe for the members whose incarnation does not change across
+// processes: a static member keeps Config.Self as given, and
 // gms, which takes a new incarnation (so a new subkey) on every join attempt
 // within a process, counts them from 1 again in a new one, so a dynamic
 // member restarted with a fixed Config.Self.ID reuses its first incarnations
@@ -79,12 +83,13 @@
 // Under load the group socket holds thousands of datagrams, and under loss
 // each stands for more counts than one (the lost ones were sealed too): no
 // window over one counter space covers that. Within a path a sender's
-// datagrams travel as one flow and are read from one socket, in the order
-// sealed (the engine seals just before the write), so a window only has to
-// absorb the network's reordering of one flow.
+// datagrams travel as one flow and are read from one socket, sealed in the
+// order written (the engine seals just before the write), so a window only
+// has to absorb the reordering of one flow: deeper on Linux's virtual
+// devices than on a wire (WindowSize says how deep, as measured).
 //
-// Memory is bounded: at most MaxSenders senders, the least recently heard
-// forgotten first. A receiver restarted (or one that forgot a sender)
+// Memory is bounded: at most MaxSenders senders (2 KiB of windows each),
+// the least recently heard forgotten first. A receiver restarted (or one that forgot a sender)
 // accepts one earlier copy of a sender's datagrams; the protocol's view
 // ids and seqnos drop what is stale.
 //

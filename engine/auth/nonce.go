@@ -42,28 +42,31 @@ func pathOf(ctr uint64) (Path, uint64) {
 	return PathGroup, ctr
 }
 
-// NonceSource hands out nonce counts: one count for every seal of a
-// process, whatever its path, starting at the wall clock in nanoseconds
-// (see the package doc, "Nonces never repeat"), and a salt. Safe for
-// concurrent use.
+// NonceSource hands out nonce counts: for each path, one count for every
+// seal of a process on that path, starting at the wall clock in
+// nanoseconds (see the package doc, "Nonces never repeat"), and a salt.
+// Safe for concurrent use.
 type NonceSource struct {
 	salt uint32
-	ctr  atomic.Uint64
+	ctr  [numPaths]atomic.Uint64 // by Path
 }
 
-// NewNonceSource returns a source whose first counter is just above start
-// in Unix nanoseconds, with salt. Tests use it to stand for processes
+// NewNonceSource returns a source whose first count on each path is just
+// above start in Unix nanoseconds, with salt. Tests use it to stand for processes
 // started at given times; members use ProcessNonces.
 func NewNonceSource(start time.Time, salt uint32) *NonceSource {
 	n := &NonceSource{salt: salt}
-	n.ctr.Store(uint64(max(start.UnixNano(), 0)))
+	for p := range n.ctr {
+		n.ctr[p].Store(uint64(max(start.UnixNano(), 0)))
+	}
 	return n
 }
 
-// Next returns the next count: never the same twice from one source. A
-// sealer refuses a count that reaches wire.NonceUnicast (the wall clock's
-// nanoseconds get there in the year 2262).
-func (n *NonceSource) Next() uint64 { return n.ctr.Add(1) }
+// Next returns the next count on path p: never the same twice for one path
+// of one source (the path bit, which nonceCounter adds, keeps the paths'
+// counters apart). A sealer refuses a count that reaches wire.NonceUnicast
+// (the wall clock's nanoseconds get there in the year 2262).
+func (n *NonceSource) Next(p Path) uint64 { return n.ctr[p].Add(1) }
 
 // Salt returns the source's salt.
 func (n *NonceSource) Salt() uint32 { return n.salt }

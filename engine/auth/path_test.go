@@ -20,7 +20,7 @@ func counterOf(t testing.TB, d []byte) uint64 {
 }
 
 // TestPathsCountApart: a unicast datagram's counter has the path bit, a
-// group one's has not, both from the one count of the source; each path
+// group one's has not, each from its path's count of the source; each path
 // has its own replay window, so a unicast datagram far ahead of the group
 // ones holds none of them back (nor the reverse), while a replay is
 // refused on either path, and the path bit is covered by the tag.
@@ -34,7 +34,8 @@ func TestPathsCountApart(t *testing.T) {
 			g := sealOn(t, s, buf, n, PathGroup)
 			u := sealOn(t, s, buf, n, PathUnicast)
 			require.Zero(t, counterOf(t, g)&wire.NonceUnicast)
-			require.Equal(t, counterOf(t, g)+1, counterOf(t, u)&^wire.NonceUnicast, "one count for both paths")
+			require.Equal(t, counterOf(t, g), counterOf(t, u)&^wire.NonceUnicast, "a count of its own for each path")
+			require.Equal(t, counterOf(t, g)+1, counterOf(t, sealOn(t, s, buf, n, PathGroup)), "the unicast seal took no group count")
 
 			// Far more group datagrams than a window than holds, then the
 			// unicast one sealed before them: still new on its path.
@@ -55,6 +56,16 @@ func TestPathsCountApart(t *testing.T) {
 			require.Equal(t, Replay, v.Open(replayLate, at(0)))
 			require.Equal(t, TooOld, v.Open(bytes.Clone(g), at(0)), "the first group datagram is 3 windows behind its path")
 
+			// A unicast flood (repairs) between two group datagrams spreads
+			// the group path's counts by nothing: the earlier one, overtaken
+			// by the later, is still inside its window.
+			early := sealOn(t, s, buf, n, PathGroup)
+			for range 3 * WindowSize {
+				sealOn(t, s, buf, n, PathUnicast)
+			}
+			require.Equal(t, OK, v.Open(sealOn(t, s, buf, n, PathGroup), at(0)))
+			require.Equal(t, OK, v.Open(early, at(0)), "overtaken by one count of its path")
+
 			// Moving a datagram to the other path breaks its tag.
 			x := sealOn(t, s, buf, n, PathGroup)
 			x[len(x)-wire.TagLen-1] ^= 0x80 // the counter's top bit
@@ -69,7 +80,8 @@ func TestPathsCountApart(t *testing.T) {
 func TestSealRefusesExhaustedCounts(t *testing.T) {
 	r := ring(t, key(t, 1, 16, 1))
 	src := &NonceSource{salt: 1}
-	src.ctr.Store(wire.NonceUnicast - 1)
+	src.ctr[PathGroup].Store(wire.NonceUnicast - 1)
+	src.ctr[PathUnicast].Store(wire.NonceUnicast - 1)
 	buf, n := bundle(t, alice, 1, 8)
 	for _, encrypt := range []bool{false, true} {
 		s := NewSealer(r, src, encrypt)
@@ -78,7 +90,7 @@ func TestSealRefusesExhaustedCounts(t *testing.T) {
 		_, err = s.Encrypt(make([]byte, n+wire.TrailerLen), buf[:n], PathUnicast)
 		require.ErrorIs(t, err, ErrCountersExhausted)
 	}
-	src.ctr.Store(wire.NonceUnicast - 2)
+	src.ctr[PathUnicast].Store(wire.NonceUnicast - 2)
 	_, err := NewSealer(r, src, false).Sign(buf, n, PathUnicast)
 	require.NoError(t, err, "the last count below the bit still seals")
 }
@@ -115,19 +127,22 @@ func (m *socketModel) read(max int) [][]byte {
 // the unicasts on unicastPath; 30% of the group datagrams are lost before
 // the receiver, whose group socket holds groupCap datagrams. The receiver
 // reads in batches of 64 and keeps up, but now and then stalls
-// (descheduled on a loaded machine) while some 1,700 datagrams queue in
-// its group socket. It returns the verifier's results by reason, every
-// datagram it accepted and the verifier.
+// (descheduled on a loaded machine) until its group socket is full. It
+// returns the verifier's results by reason, every datagram it accepted and
+// the verifier.
 func twoSocketRun(t *testing.T, encrypt bool, unicastPath Path, seed uint64) ([NumReasons]int, [][]byte, *Verifier) {
 	const (
-		steps          = 160
+		steps          = 320
 		perStep        = 200 // group datagrams a step
 		stabilityEvery = 150
-		groupCap       = 1800 // 4 MiB of socket buffer over 1.3 KB datagrams' ~2.3 KB truesize
-		readsPerStep   = 5    // 5 x 64 > perStep: the receiver keeps up between stalls
-		stallEvery     = 40
-		stallSteps     = 12 // a backlog of ~1,700 datagrams, ~2,400 counts
-		loss           = 0.3
+		// 16 MiB of socket buffer (Config.RecvBuffer, 4 MiB by default) over
+		// 1.3 KB datagrams' ~2.3 KB truesize: a full socket is ~10,000
+		// counts of the group path, more than a window.
+		groupCap     = 7200
+		readsPerStep = 10 // 10 x 64 > perStep: the receiver catches up between stalls
+		stallEvery   = 80
+		stallSteps   = 56 // fills the group socket: 11,200 sealed, 30% lost
+		loss         = 0.3
 	)
 	r := ring(t, key(t, 1, 32, 3))
 	s := NewSealer(r, NewNonceSource(time.Unix(1_700_000_000, 0), 9), encrypt)
@@ -177,8 +192,10 @@ func twoSocketRun(t *testing.T, encrypt bool, unicastPath Path, seed uint64) ([N
 // read from the unicast socket, overtook the thousands of group datagrams
 // still queued in the group socket, and those were dropped as TooOld
 // (reproduced first with the counters on one path, as the nonces were
-// built before). With a counter space and a window per path nothing
-// legitimate is refused, and a replay of every accepted datagram still is.
+// built before). A group socket can hold more counts than any window
+// (its size is the user's), so with one counter space legitimate
+// datagrams are refused; with a counter space and a window per path
+// nothing legitimate is, and a replay of every accepted datagram still is.
 func TestWindowsAbsorbTwoSocketReordering(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {

@@ -66,7 +66,7 @@ func (s *Sealer) subkey(m digest.Member) (cipher.AEAD, *ringKey, error) {
 
 // next returns the nonce counter of the next seal on path p.
 func (s *Sealer) next(p Path) (uint64, error) {
-	c := s.nonces.Next()
+	c := s.nonces.Next(p)
 	if c >= wire.NonceUnicast {
 		return 0, ErrCountersExhausted
 	}

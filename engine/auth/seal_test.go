@@ -164,7 +164,7 @@ func TestRotationOverlap(t *testing.T) {
 // TestNoncesNeverRepeat seals under every combination that shares a
 // subkey or a source: incarnations of one member, two members, rotation,
 // and restarts of a static member (same member and incarnation) in new
-// processes. No (subkey, nonce) pair repeats.
+// processes, on both paths. No (subkey, nonce) pair repeats.
 func TestNoncesNeverRepeat(t *testing.T) {
 	r := ring(t, key(t, 1, 32, 1))
 	type use struct {
@@ -189,7 +189,8 @@ func TestNoncesNeverRepeat(t *testing.T) {
 		for i := range 1000 {
 			m := digest.Member{ID: 1, Inc: uint32(1 + i%2)} // gms incarnations share the source too
 			buf, n := bundle(t, m, 1, 8)
-			record(seal(t, s, buf, n))
+			// Both paths: their counts overlap, their counters do not.
+			record(sealOn(t, s, buf, n, Path(i%3/2)))
 		}
 		start = start.Add(1000*time.Microsecond + time.Millisecond)
 		_ = run
@@ -219,7 +220,7 @@ func TestRestartedStaticMemberIsAccepted(t *testing.T) {
 func TestProcessNoncesShared(t *testing.T) {
 	a, b := ProcessNonces(), ProcessNonces()
 	require.Same(t, a, b)
-	x, y := a.Next(), a.Next()
+	x, y := a.Next(PathGroup), a.Next(PathGroup)
 	require.Greater(t, y, x)
 	require.Greater(t, x, uint64(time.Unix(1_600_000_000, 0).UnixNano()), "starts at the wall clock")
 }

@@ -1,14 +1,22 @@
 package auth
 
-// WindowSize is the span of counters a replay window tracks behind the
-// highest one seen: reordering deeper than that (a datagram overtaken by
-// datagrams of the same sender and path sealed more than about
-// WindowSize-64 counts after it) reads as TooOld. Within a path datagrams
-// arrive in the order sent but for the network's rare reordering of one
-// flow, which is far shallower (see the package doc, "Replay window").
+// WindowSize is the span of counts a replay window tracks behind the
+// highest one seen on its path: reordering deeper than that (a datagram
+// overtaken by datagrams of the same sender and path sealed more than
+// about WindowSize-64 counts after it) reads as TooOld. A path's counts
+// are its own (NonceSource.Next), so on the group path the span is the
+// sender process's group datagrams, the ones the receiver lost included.
+// Linux's virtual devices reorder one flow far deeper than a wire does
+// (the likely cause: a sender that moves between CPUs leaves its
+// datagrams in two CPUs' receive backlogs, drained independently). On a
+// loaded 2-core machine (bench's TestNetnsAttack beside a simulator sweep,
+// veth and a bridge) legitimate group datagrams arrived up to about 2,400
+// counts late, and a window of 2,048 dropped up to hundreds of them a run.
+// 8,192 (WireGuard's size) leaves three times that, for 1 KiB a path and
+// sender.
 const WindowSize = windowWords * 64
 
-const windowWords = 32
+const windowWords = 128
 
 // Window is a sliding bitmap over one sender's nonce counters (RFC 6479's
 // shape: a ring of words, cleared a word at a time as the top moves).
