@@ -89,9 +89,9 @@
 // devices than on a wire (WindowSize says how deep, as measured).
 //
 // Memory is bounded: at most MaxSenders senders (2 KiB of windows each),
-// the least recently heard forgotten first. A receiver restarted (or one that forgot a sender)
-// accepts one earlier copy of a sender's datagrams; the protocol's view
-// ids and seqnos drop what is stale.
+// the least recently heard forgotten first. A receiver restarted (or one
+// that forgot a sender) accepts one earlier copy of a sender's datagrams;
+// the protocol's view ids and seqnos drop what is stale.
 //
 // # Rotation
 //

@@ -52,8 +52,8 @@ type NonceSource struct {
 }
 
 // NewNonceSource returns a source whose first count on each path is just
-// above start in Unix nanoseconds, with salt. Tests use it to stand for processes
-// started at given times; members use ProcessNonces.
+// above start in Unix nanoseconds, with salt. Tests use it to stand for
+// processes started at given times; members use ProcessNonces.
 func NewNonceSource(start time.Time, salt uint32) *NonceSource {
 	n := &NonceSource{salt: salt}
 	for p := range n.ctr {
