@@ -414,9 +414,9 @@ func TestCrashExcluded(t *testing.T) {
 	suspected := false
 	// seen is what each survivor reported until the view without the
 	// victim, with its membership counters: printed if no survivor
-	// reported the suspicion (it failed once in CI under load, cause
-	// unknown; the counters say whether the victim was excluded some
-	// other way, e.g. as left behind in an older view).
+	// reported the suspicion, they say whether the victim was excluded
+	// some other way (left behind in an older view, replaced by a new
+	// incarnation, left out of a merge).
 	var seen []string
 	for _, m := range survivors {
 		for {

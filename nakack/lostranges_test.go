@@ -15,6 +15,28 @@ import (
 // whenever the pieces of the run became known, so two members that lose
 // the same seqnos report them with the same boundaries.
 
+// purgeAndSend has B purge its window up to upTo and then send one more
+// message, next, to everyone, and runs the cluster for two seconds: the
+// members ask for what they lack and learn what is lost.
+func purgeAndSend(t *testing.T, c *cluster, upTo uint64, next string) {
+	t.Helper()
+	_, err := c.p(mB).ForcePurge(mB, upTo)
+	require.NoError(t, err)
+	c.deliver(c.send(mB, false, next), nil)
+	c.run(c.now+2*time.Second, nil)
+}
+
+// requireSameLoss checks that A and C each reported exactly lost of B's
+// seqnos and delivered exactly seqs of them.
+func requireSameLoss(t *testing.T, c *cluster, lost []lostEvent, seqs []uint64) {
+	t.Helper()
+	for _, m := range []digest.Member{mA, mC} {
+		r := c.rec(m)
+		require.Equal(t, lost, r.lostOf(mB), "member %v", m)
+		require.Equal(t, seqs, r.seqs(mB), "member %v", m)
+	}
+}
+
 // TestLostRangeWholeBeyondCapacity: A and C lack all of B's 1..200 and B
 // purged 1..150; A's window holds 64 seqnos, C's 128. Both report [1,150]
 // as one range, A although it can mark only 64 at a time, and both then
@@ -32,15 +54,8 @@ func TestLostRangeWholeBeyondCapacity(t *testing.T) {
 	}, mB, mA, mC)
 	c.send(mB, false, payloads("b", 1, 200)...) // nobody gets it
 	c.poll()
-	_, err := c.p(mB).ForcePurge(mB, 150)
-	require.NoError(t, err)
-	c.deliver(c.send(mB, false, "b201"), nil)
-	c.run(c.now+2*time.Second, nil)
-	for _, m := range []digest.Member{mA, mC} {
-		r := c.rec(m)
-		require.Equal(t, []lostEvent{{mB, 1, 150}}, r.lostOf(mB), "member %v", m)
-		require.Equal(t, span(151, 201), r.seqs(mB), "member %v", m)
-	}
+	purgeAndSend(t, c, 150, "b201")
+	requireSameLoss(t, c, []lostEvent{{mB, 1, 150}}, span(151, 201))
 }
 
 // TestLostRangeWaitsForItsEnd: A lacks B's 51..200 (C lacks nothing). B
@@ -103,15 +118,14 @@ func sendWithFrag(t *testing.T, c *cluster, frag uint64, n int) []dgram {
 	return c.take()
 }
 
-// TestLostRangeOverHeldFragments (seed 75967): B sends 1, a message M of
-// two fragments and more small messages, one datagram each; A receives 1
-// and one fragment of M, C only 1; B purges up to 10, past M. The lost
-// seqnos are the same for A and C (what A holds of M can never be
-// delivered), so both report one range, [2,10]: M's held fragment
-// neither ends the run nor splits it. Before the fix A reported
-// M lost as its own range, then the run after it ([2,3] then [4,10] when
-// A held M's second fragment, [2,2] then [3,10] when it held M's first
-// and lacked 2).
+// TestLostRangeOverHeldFragments (TestWholeGroupRandomised's seed 75967
+// in small): B sends 1, a message M of two fragments and more small
+// messages, one datagram each; A receives 1 and one fragment of M, C only
+// 1; B purges up to 10, past M. The lost seqnos are the same for A and C
+// (what A holds of M can never be delivered), so both report one range,
+// [2,10]: M's held fragment neither ends the run nor splits it (not
+// [2,3] then [4,10] when A holds M's second fragment, nor [2,2] then
+// [3,10] when it holds M's first).
 func TestLostRangeOverHeldFragments(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -128,15 +142,8 @@ func TestLostRangeOverHeldFragments(t *testing.T) {
 			c.deliverTo(dataOf(t, ds, tc.aHeld), mA)
 			c.deliverTo(dataOf(t, ds, 1), mC)
 			c.poll()
-			_, err := c.p(mB).ForcePurge(mB, 10)
-			require.NoError(t, err)
-			c.deliver(c.send(mB, false, "b11"), nil)
-			c.run(c.now+2*time.Second, nil)
-			for _, m := range []digest.Member{mA, mC} {
-				r := c.rec(m)
-				require.Equal(t, []lostEvent{{mB, 2, 10}}, r.lostOf(mB), "member %v", m)
-				require.Equal(t, []uint64{1, 11}, r.seqs(mB), "member %v", m)
-			}
+			purgeAndSend(t, c, 10, "b11")
+			requireSameLoss(t, c, []lostEvent{{mB, 2, 10}}, []uint64{1, 11})
 		})
 	}
 }
@@ -159,11 +166,7 @@ func TestLostRangeWaitsForHeldMessage(t *testing.T) {
 	_, err := c.p(mB).ForcePurge(mB, 2)
 	require.NoError(t, err)
 	c.run(c.now+2*time.Second, nil)
-	for _, m := range []digest.Member{mA, mC} {
-		r := c.rec(m)
-		require.Equal(t, []lostEvent{{mB, 2, 2}}, r.lostOf(mB), "member %v", m)
-		require.Equal(t, []uint64{1, 3, 5}, r.seqs(mB), "member %v", m)
-	}
+	requireSameLoss(t, c, []lostEvent{{mB, 2, 2}}, []uint64{1, 3, 5})
 }
 
 // TestLostRangeHeldBackDecidedByCut: B purged 1..2; A and C lack 2 and

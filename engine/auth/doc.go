@@ -86,7 +86,7 @@
 // datagrams travel as one flow and are read from one socket, sealed in the
 // order written (the engine seals just before the write), so a window only
 // has to absorb the reordering of one flow: deeper on Linux's virtual
-// devices than on a wire (WindowSize says how deep, as measured).
+// devices than on a wire (WindowSize says why it is as large as it is).
 //
 // Memory is bounded: at most MaxSenders senders (2 KiB of windows each),
 // the least recently heard forgotten first. A receiver restarted (or one

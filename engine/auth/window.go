@@ -7,13 +7,10 @@ package auth
 // are its own (NonceSource.Next), so on the group path the span is the
 // sender process's group datagrams, the ones the receiver lost included.
 // Linux's virtual devices reorder one flow far deeper than a wire does
-// (the likely cause: a sender that moves between CPUs leaves its
-// datagrams in two CPUs' receive backlogs, drained independently). On a
-// loaded 2-core machine (bench's TestNetnsAttack with Tuning.Window
-// 1<<17 beside a simulator sweep, veth and a bridge) legitimate group
-// datagrams arrived up to about 2,400 counts late, and a window of 2,048
-// dropped up to hundreds of them a run. 8,192 (WireGuard's size) leaves
-// three times that, for 1 KiB a path and sender.
+// (likely a sender that moves between CPUs, whose datagrams wait in two
+// CPUs' receive backlogs, drained independently): on a loaded veth bridge
+// by some thousands of datagrams (docs/security.md has the figures). The
+// window is sized for several times that, at 1 KiB a path and sender.
 const WindowSize = windowWords * 64
 
 const windowWords = 128
