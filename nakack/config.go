@@ -399,6 +399,7 @@ type Stats struct {
 	OwnDiscarded        uint64 // own messages consumed without delivery (DiscardOwn)
 	Bundles             uint64 // data datagrams emitted (bundles and fragments)
 	Received            uint64 // messages inserted into windows
+	RepairsReceived     uint64 // of which carried by repair datagrams (FlagRepair): losses this member got back
 	Retransmitted       uint64 // messages sent as repairs
 	RepairsSkipped      uint64 // repair messages skipped: repaired within the linger
 	RepairsOverBudget   uint64 // repair messages not sent: budget exhausted

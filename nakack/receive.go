@@ -67,12 +67,22 @@ func (p *Protocol) onData(buf *wire.Buffer, h wire.Header, body []byte, now time
 		p.stats.Drops.Self++
 		return nil
 	}
+	r0 := p.stats.Received
 	if s.state == departed {
 		p.insertDeparted(s, h.Sender, buf, &d, body, offs, now)
-		return nil
+	} else {
+		p.insertData(s, buf, &d, body, offs, now)
 	}
-	p.insertData(s, buf, &d, body, offs, now)
+	p.countRepairs(h, r0)
 	return nil
+}
+
+// countRepairs adds to RepairsReceived what a repair datagram inserted
+// (Received was r0 before it).
+func (p *Protocol) countRepairs(h wire.Header, r0 uint64) {
+	if h.Flags&wire.FlagRepair != 0 {
+		p.stats.RepairsReceived += p.stats.Received - r0
+	}
 }
 
 // refuseDeparted reports whether seqno seq of departed sender s, carried by
@@ -285,6 +295,7 @@ func (p *Protocol) onFrag(buf *wire.Buffer, h wire.Header, body []byte, now time
 	case ring.Added:
 		p.holdRef(s, ref, 1, f.Seq)
 		p.stats.Received++
+		p.countRepairs(h, p.stats.Received-1)
 		p.inserted(s, f.Seq)
 	default:
 		p.dropRef(ref)

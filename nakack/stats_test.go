@@ -71,6 +71,30 @@ func TestRepairLatency(t *testing.T) {
 	require.Zero(t, c.p(mA).Stats().Repair.Count, "the sender had no gap")
 }
 
+// TestRepairsReceived: RepairsReceived counts the messages a member got
+// back from repair datagrams, once each: the originals arriving late are
+// duplicates and add nothing, nor does the sender count anything.
+func TestRepairsReceived(t *testing.T) {
+	c := newCluster(t, nil, mA, mB)
+	ds := c.send(mA, true, payloads("a", 1, 6)...)
+	require.Len(t, ds, 6)
+	c.deliver(ds[:1], nil)
+	c.deliver(ds[3:], nil) // 2 and 3 lost
+	for c.p(mB).Stats().Repair.Count == 0 {
+		require.Less(t, c.now, time.Second, "never repaired")
+		c.run(c.now+100*time.Microsecond, nil)
+	}
+	c.deliver(ds[1:3], nil) // the originals, late
+	c.poll()
+	require.Equal(t, span(1, 6), c.rec(mB).seqs(mA))
+	b := c.p(mB).Stats()
+	require.Equal(t, uint64(2), b.RepairsReceived)
+	require.Equal(t, uint64(2), c.p(mA).Stats().Retransmitted)
+	require.Equal(t, uint64(6), b.Received)
+	require.Equal(t, uint64(2), b.Duplicates+b.Old, "the late originals")
+	require.Zero(t, c.p(mA).Stats().RepairsReceived)
+}
+
 // stableRound has every member send its STABLE, shuttles the STABLEs to
 // the coordinator and its STABILITY to everyone, without polling.
 func stableRoundNoPoll(c *cluster) {
