@@ -2,9 +2,13 @@ package engine
 
 import (
 	"context"
+	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nakcast/nakcast/engine/transport"
+	"github.com/nakcast/nakcast/engine/transport/memtransport"
 	"github.com/nakcast/nakcast/nakack"
 	"github.com/stretchr/testify/require"
 )
@@ -17,21 +21,23 @@ import (
 // pool (its outstanding bytes return to what they were before the
 // exclusion, once everything is stable).
 //
-// The exclusion: the test holds the victim's lock, so its agent stops at
-// its next iteration and answers no heartbeat; the coordinator suspects it
-// (SuspectTimeout+ProbeTimeout) and installs a view without it. Messages
-// the coordinator multicast during the pause are queued in the victim's
-// group socket before that view (one socket, FIFO), so the victim's old
-// incarnation receives and holds them, unstable, when the view excludes
-// it. The victim's own SuspectTimeout is long: after its pause it must be
-// excluded, not take over as coordinator.
+// The exclusion: the test mutes the victim (its transport drops what it
+// sends: heartbeats, STABLEs, probe answers) while it keeps receiving. The
+// coordinator multicasts; the victim delivers those messages, but without
+// its STABLEs they never become stable, so its old incarnation holds them
+// when the coordinator, having suspected it (SuspectTimeout+ProbeTimeout),
+// installs a view without it. Unmuted, the victim finds itself excluded and
+// rejoins. The victim's own SuspectTimeout is long: it must be excluded,
+// not take over as coordinator.
 func TestRejoinFiltersOwnDataAndReleasesPool(t *testing.T) {
 	base := nakcastGoroutines()
 	recs := []*recorder{newRecorder(-1), newRecorder(-1)}
+	mute := &mutedTransport{}
 	ms := openJoined(t, 2, func(i int, c *Config) {
 		c.Handler = recs[i]
 		if i == 1 {
 			c.Membership.SuspectTimeout = time.Minute
+			c.Transport.Wrap = mute.wrap
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -63,34 +69,31 @@ func TestRejoinFiltersOwnDataAndReleasesPool(t *testing.T) {
 		return len(s.Senders) == 2
 	}), "the victim's windows never became stable")
 
-	// Pause the victim; the coordinator multicasts while it is paused.
-	victim.mu.Lock()
-	paused := true
+	// Mute the victim; the coordinator multicasts, and the victim delivers
+	// it all before the coordinator can suspect it.
+	mute.on.Store(true)
+	defer mute.on.Store(false)
 	// The incarnation the exclusion drops. A rejoin slowed down on a busy
 	// machine can go through more incarnations (one that founds a group
 	// of its own and merges), so the last dropped one is not necessarily
 	// it. Every incarnation dropped is logged for a failure's diagnosis.
 	var excluded *nakack.Protocol
+	victim.mu.Lock()
 	victim.droppedHook = func(p *nakack.Protocol) {
 		t.Logf("dropped incarnation %v", p.Self())
 		if p.Self() == old {
 			excluded = p
 		}
 	}
-	defer func() {
-		if paused {
-			victim.mu.Unlock()
-		}
-	}()
+	victim.mu.Unlock()
 	const during = 200
 	for i := range during {
 		require.NoError(t, coord.Send(ctx, payloadOf(0, n+i, 1000)))
 	}
-	require.NoError(t, pollUntil(ctx, func() bool { return coord.Stats().Sent == n+during }))
+	require.NoError(t, recs[1].waitFor(ctx, func() bool { return recs[1].count[cid] == n+during }))
 	e := waitViewSize(t, ctx, coord, 1)
 	require.NotContains(t, e.Members, old)
-	victim.mu.Unlock()
-	paused = false
+	mute.on.Store(false)
 
 	// The victim finds itself excluded and rejoins as a new incarnation.
 	waitViewSize(t, ctx, coord, 2)
@@ -140,4 +143,29 @@ func TestRejoinFiltersOwnDataAndReleasesPool(t *testing.T) {
 		baseline, last, held.Low+1, held.Received)
 	closeInOrder(t, ms)
 	checkNoLeak(t, base)
+}
+
+// mutedTransport drops everything its member sends while on is set (the
+// member keeps receiving): to other members it is as silent as a crashed
+// one. It passes the wrapped transport's optional methods through
+// (memtransport.Faulty without faults), the group filter among them.
+type mutedTransport struct {
+	on atomic.Bool
+}
+
+func (m *mutedTransport) wrap(t transport.Transport) transport.Transport {
+	return &muted{Faulty: none.Wrap(t), on: &m.on}
+}
+
+type muted struct {
+	*memtransport.Faulty
+	on *atomic.Bool
+}
+
+// WriteBatch reports everything sent while muted, and sends nothing.
+func (m *muted) WriteBatch(bufs [][]byte, dsts []netip.AddrPort) (int, error) {
+	if m.on.Load() {
+		return len(bufs), nil
+	}
+	return m.Faulty.WriteBatch(bufs, dsts)
 }
