@@ -165,6 +165,10 @@ func readN(t *testing.T, tr transport.Transport, n int, within time.Duration) ([
 			if s, ok := tr.(interface{ Stats() transport.Stats }); ok {
 				t.Logf("transport stats: %+v", s.Stats())
 			}
+			// The CPUs' backlog drops: the second column, in hex.
+			if b, err := os.ReadFile("/proc/net/softnet_stat"); err == nil {
+				t.Logf("/proc/net/softnet_stat:\n%s", b)
+			}
 		}
 		require.NoError(t, err, "after %d of %d datagrams", len(got), n)
 		for i := range k {
