@@ -159,13 +159,16 @@ func (a *agent) noteLag(p *nakack.Protocol) {
 const closeLingerRounds = 3
 
 // A drained member of a fixed view starts its departure only once its
-// drain has held through quiesceRounds STABILITY rounds of the
-// coordinator's (sent or received): a peer that sent its last messages
-// just before it closed (its agent descheduled on a busy machine) has sent
-// them by its next round, so they reach this member and are reported
-// before it goes, instead of leaving the peer's Close waiting for a report
-// that never comes. A group whose coordinator is gone makes no round:
-// quiesceCap bounds the wait.
+// drain has held through quiesceRounds settled STABILITY rounds of the
+// coordinator's (made or received; nakack Stats.StabilitySettled: no
+// member lacked a message another member held). A peer that sent its last
+// messages just before it closed (its agent descheduled on a busy
+// machine) has sent them by its next round, and a member that lost a
+// stream's tail, and so thinks itself drained, sees unsettled rounds until
+// the sender's HIGHEST has it repair the tail: either way this member has
+// what the others have before it goes, instead of leaving their Close
+// waiting for a report that never comes. A group whose coordinator is gone
+// makes no round: quiesceCap bounds the wait.
 const (
 	quiesceRounds = 2
 	quiesceCap    = time.Second
@@ -174,15 +177,14 @@ const (
 // quiesce is a drained fixed-view member's wait (see quiesceRounds).
 type quiesce struct {
 	set    bool
-	rounds uint64        // STABILITY sent and received when the drain began
+	rounds uint64        // settled STABILITY rounds when the drain began
 	since  time.Duration // when it began
 }
 
 // held reports whether the drain has held through quiesceRounds rounds,
 // or for quiesceCap.
 func (q *quiesce) held(p *nakack.Protocol, now time.Duration) bool {
-	st := p.Stats()
-	rounds := st.StabilitySent + st.StabilityReceived
+	rounds := p.Stats().StabilitySettled
 	if !q.set {
 		*q = quiesce{set: true, rounds: rounds, since: now}
 	}

@@ -434,6 +434,7 @@ type Stats struct {
 	StableSent          uint64
 	StabilitySent       uint64
 	StabilityReceived   uint64
+	StabilitySettled    uint64 // STABILITY rounds made (coordinator) or received that were settled (wire.FlagSettled)
 	StableChased        uint64 // coordinator: reports asked for again (STABILITY with FlagReport) because a round lacked them
 	Purged              uint64 // messages released by stability (or forced) purges
 	HighestSent         uint64

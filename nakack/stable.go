@@ -19,6 +19,7 @@ type stableRound struct {
 	min            []uint64
 	minRecv        []uint64 // minimum Received per sender (STABILITY's Received)
 	minLow         []uint64 // minimum Low per sender (STABILITY's Low)
+	maxRecv        []uint64 // maximum Received (or Delivered) per sender: settled
 	lack           []bool
 	got            []bool // member*chunks + chunk
 	nGot           int
@@ -40,6 +41,7 @@ func (r *stableRound) init(n, per int) {
 	r.min = make([]uint64, n)
 	r.minRecv = make([]uint64, n)
 	r.minLow = make([]uint64, n)
+	r.maxRecv = make([]uint64, n)
 	r.lack = make([]bool, n)
 	r.got = make([]bool, n*r.chunks)
 	r.seen = make([]uint64, n)
@@ -54,6 +56,7 @@ func (r *stableRound) reset() {
 		r.minRecv[i] = math.MaxUint64
 		r.minLow[i] = math.MaxUint64
 	}
+	clear(r.maxRecv)
 	clear(r.lack)
 	clear(r.got)
 	clear(r.repeated)
@@ -243,6 +246,7 @@ func fold[E wire.Entries](p *Protocol, from int, d E, now time.Duration) (behind
 		r.min[j] = min(r.min[j], e.Delivered)
 		r.minRecv[j] = min(r.minRecv[j], max(e.Received, e.Delivered))
 		r.minLow[j] = min(r.minLow[j], e.Low)
+		r.maxRecv[j] = max(r.maxRecv[j], e.Received, e.Delivered)
 		behind = behind || e.Low < r.stab[j]
 	}
 	p.mlag.report(from, chunk, lagSum)
@@ -277,7 +281,9 @@ func fold[E wire.Entries](p *Protocol, from int, d E, now time.Duration) (behind
 func (p *Protocol) emitStability(now time.Duration) {
 	r := &p.round
 	es := p.lastStab[:0]
+	settled := true
 	for j, m := range p.view.Members {
+		settled = settled && !r.lack[j] && r.min[j] != math.MaxUint64 && r.maxRecv[j] <= r.min[j]
 		if r.lack[j] || r.min[j] == 0 || r.min[j] == math.MaxUint64 {
 			continue
 		}
@@ -286,7 +292,11 @@ func (p *Protocol) emitStability(now time.Duration) {
 		es = append(es, digest.Entry{Member: m, Low: min(v, r.minLow[j]), Delivered: v, Received: max(v, r.minRecv[j])})
 	}
 	p.lastStab = es
+	p.lastSettled = settled
 	p.chaseAt = NoDeadline
+	if settled {
+		p.stats.StabilitySettled++
+	}
 	if len(es) == 0 {
 		return
 	}
@@ -304,6 +314,9 @@ func (p *Protocol) sendStability(to digest.Member, flags uint8) {
 	per := p.stablePer()
 	h := p.hdr
 	h.Flags |= flags
+	if p.lastSettled {
+		h.Flags |= wire.FlagSettled
+	}
 	for i := 0; i == 0 || i < len(es); i += per {
 		chunk := es[i:min(len(es), i+per)]
 		b := p.getBuf(wire.StableOverhead + len(chunk)*wire.EntryLen)
@@ -371,6 +384,9 @@ func (p *Protocol) onStability(h wire.Header, body []byte, now time.Duration) er
 		return nil
 	}
 	p.stats.StabilityReceived++
+	if h.Flags&wire.FlagSettled != 0 {
+		p.stats.StabilitySettled++
+	}
 	applyStability(p, st.Digest, now)
 	switch {
 	case h.Flags&wire.FlagReport != 0:
@@ -450,6 +466,13 @@ func applyStability[E wire.Entries](p *Protocol, d E, now time.Duration) {
 			p.groupRecv = max(p.groupRecv, min(e.Received, p.nextSeq-1))
 			p.groupLow = max(p.groupLow, min(e.Low, e.Delivered))
 			p.stablePoint = max(p.stablePoint, e.Delivered)
+			if e.Received < p.nextSeq-1 {
+				// A member has not read all our messages, perhaps the
+				// tail of a stream it never heard of: announce our
+				// highest at the base interval, not backed off.
+				p.highestIval = p.cfg.HighestInterval
+				p.highestAt = min(p.highestAt, now+p.highestIval)
+			}
 		}
 		low := s.win.Low()
 		p.stats.Purged += uint64(p.purgeWin(s, e.Delivered))

@@ -131,3 +131,26 @@ func TestStabilityAlignsReports(t *testing.T) {
 		require.GreaterOrEqual(t, d, c.now+ival-c.p(m).reportSpread(), "%v", m)
 	}
 }
+
+// TestStabilitySettled: a round is settled (wire.FlagSettled, counted in
+// StabilitySettled by the coordinator and by the members that receive it)
+// only when no member lacks a message another member has: while B misses
+// the tail of A's stream it is not, once B has it, it is.
+func TestStabilitySettled(t *testing.T) {
+	c := newCluster(t, nil, mA, mB)
+	ds := c.send(mA, true, payloads("a", 1, 5)...)
+	require.Len(t, ds, 5)
+	c.deliver(ds[:3], nil) // 4 and 5 lost, and nothing after them
+	c.poll()
+	stableRoundNoPoll(c)
+	a, b := c.p(mA).Stats(), c.p(mB).Stats()
+	require.Positive(t, b.StabilityReceived)
+	require.Zero(t, a.StabilitySettled, "B lacks 4 and 5")
+	require.Zero(t, b.StabilitySettled)
+
+	c.deliver(ds[3:], nil)
+	c.poll()
+	stableRoundNoPoll(c)
+	require.Equal(t, uint64(1), c.p(mA).Stats().StabilitySettled)
+	require.Equal(t, uint64(1), c.p(mB).Stats().StabilitySettled)
+}

@@ -110,6 +110,12 @@ const (
 	// the coordinator) for its STABLE now: the stability round in progress
 	// lacks its report.
 	FlagReport uint8 = 1 << 3
+	// FlagSettled on a STABILITY says that its round found every member
+	// holding all that any member reported of every sender: no member
+	// lacks a message another has. A closing member of a fixed view waits
+	// for settled rounds before it goes (engine), so that it does not
+	// leave without a tail it never heard of, stalling the others' drain.
+	FlagSettled uint8 = 1 << 4
 )
 
 // Sizes of the type-specific fixed parts in version 1.0 (the header length

@@ -34,7 +34,7 @@ var (
 var fields = []string{
 	"nakcast.version", "nakcast.minor", "nakcast.type", "nakcast.flags", "nakcast.flags.repair",
 	"nakcast.flags.auth", "nakcast.group", "nakcast.sender.id", "nakcast.sender.inc", "nakcast.keyid",
-	"nakcast.hlen", "nakcast.flags.encrypted", "nakcast.flags.report", "nakcast.trailer.nonce", "nakcast.trailer.salt",
+	"nakcast.hlen", "nakcast.flags.encrypted", "nakcast.flags.report", "nakcast.flags.settled", "nakcast.trailer.nonce", "nakcast.trailer.salt",
 	"nakcast.trailer.counter", "nakcast.trailer.path", "nakcast.trailer.count", "nakcast.trailer.tag", "nakcast.ciphertext",
 	"nakcast.data.first", "nakcast.origin.id", "nakcast.origin.inc", "nakcast.data.count",
 	"nakcast.msg.seq", "nakcast.msg.len", "nakcast.msg.data",
@@ -229,6 +229,11 @@ func cases() []tcase {
 			want: with(with(with(viewWant, entWant), trailer(report, "1")), map[string][]string{
 				"nakcast.type": {"6"}, "nakcast.flags": {"0x0a"}, "nakcast.flags.report": {"1"}, "nakcast.digest.count": u(2),
 				"_ws.col.Info": {"STABILITY a1.1 view a1.1#9, 2 entries [REPORT] [AUTH]"},
+			})},
+		{name: "STABILITY settled", b: must(wire.EncodeStability(buf, wire.Header{Group: group, Sender: mA, Flags: wire.FlagSettled}, view1, ents)),
+			want: with(with(viewWant, entWant), map[string][]string{
+				"nakcast.type": {"6"}, "nakcast.flags": {"0x10"}, "nakcast.flags.settled": {"1"}, "nakcast.flags.report": {"0"},
+				"_ws.col.Info": {"STABILITY a1.1 view a1.1#9, 2 entries [SETTLED]"},
 			})},
 		{name: "STABILITY empty", b: must(wire.EncodeStability(buf, hdr(mA), view1, wire.EntrySlice{})),
 			want: with(viewWant, map[string][]string{"nakcast.type": {"6"}, "nakcast.digest.count": u(0)})},

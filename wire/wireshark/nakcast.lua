@@ -27,6 +27,7 @@ local FLAG_REPAIR = 1
 local FLAG_AUTH = 2
 local FLAG_ENCRYPTED = 4
 local FLAG_REPORT = 8
+local FLAG_SETTLED = 16
 local COUNT_MASK = UInt64(0xffffffff, 0x7fffffff) -- the nonce counter's count: all but bit 63, the path
 local MAX_RANGES = 1024
 local VERSION_MINOR = 1 -- the minor this dissector knows (wire.VersionMinor); a newer one's extra fields are flagged, not rejected
@@ -116,6 +117,7 @@ local F = {
 	auth = field(ProtoField.bool("nakcast.flags.auth", "AUTH", 8, nil, FLAG_AUTH)),
 	encrypted = field(ProtoField.bool("nakcast.flags.encrypted", "ENCRYPTED", 8, nil, FLAG_ENCRYPTED)),
 	report = field(ProtoField.bool("nakcast.flags.report", "REPORT", 8, nil, FLAG_REPORT)),
+	settled = field(ProtoField.bool("nakcast.flags.settled", "SETTLED", 8, nil, FLAG_SETTLED)),
 	group = field(ProtoField.uint32("nakcast.group", "Group id", base.HEX)),
 	sender = fmember("sender", "Sender"),
 	keyid = fu16("keyid", "Key id"),
@@ -735,6 +737,7 @@ local function add_header(d, tree)
 	ft:add(F.auth, tvb(3, 1))
 	ft:add(F.encrypted, tvb(3, 1))
 	ft:add(F.report, tvb(3, 1))
+	ft:add(F.settled, tvb(3, 1))
 	t:add_le(F.group, tvb(4, 4))
 	local sender, st = add_member(t, F.sender, tvb(8, 12))
 	d.ctx.sender = sender
@@ -861,6 +864,7 @@ local function dissect(tvb, pinfo, root)
 	if spec and spec.info and not encrypted then info = info .. spec.info(d.ctx) end
 	if has_flag(flags, FLAG_REPAIR) then info = info .. " [REPAIR]" end
 	if typ == 6 and has_flag(flags, FLAG_REPORT) then info = info .. " [REPORT]" end
+	if typ == 6 and has_flag(flags, FLAG_SETTLED) then info = info .. " [SETTLED]" end
 	if auth then info = info .. (encrypted and " [AUTH, ENCRYPTED]" or " [AUTH]") end
 	pinfo.cols.info = info
 	return d
