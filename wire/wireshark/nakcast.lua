@@ -737,7 +737,9 @@ local function add_header(d, tree)
 	ft:add(F.auth, tvb(3, 1))
 	ft:add(F.encrypted, tvb(3, 1))
 	ft:add(F.report, tvb(3, 1))
-	ft:add(F.settled, tvb(3, 1))
+	if typ == 6 then
+		ft:add(F.settled, tvb(3, 1)) -- a STABILITY-only bit (reserved on the other types)
+	end
 	t:add_le(F.group, tvb(4, 4))
 	local sender, st = add_member(t, F.sender, tvb(8, 12))
 	d.ctx.sender = sender
