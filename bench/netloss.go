@@ -170,7 +170,7 @@ type ScaleFigures struct {
 	// Stats.RepairsReceived): with the loss near the sender every receiver
 	// lacks the same ones. Counted, not estimated from LostDatagrams times
 	// MsgsPerDatagram: a process sender's bundles range from one message
-	// to dozens, so that estimate strays by 10% and more.
+	// to dozens, so a few large ones lost move that estimate.
 	LostMessages float64
 	// RepairsPerLost is the messages repaired (every member, every cause)
 	// per lost message; RequestsPerLost the XMIT_REQ datagrams the

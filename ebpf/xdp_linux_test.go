@@ -112,7 +112,7 @@ func TestXDPPassesOtherTraffic(t *testing.T) {
 // queues between the sockets while the softirqs that drain them wait for
 // a busy CPU: a veth whose peer runs an XDP program queues at most 256
 // frames (VETH_RING_SIZE) and a CPU's backlog netdev_max_backlog (1,000
-// by default). Rounds of 1,000 lost 181 datagrams in one CI run.
+// by default).
 func TestXDPBothEnds(t *testing.T) {
 	ns := newXDPNetns(t, 3)
 	tx := ns.openXDP(0, group4, ebpf.Options{})

@@ -174,8 +174,7 @@ func waitStats(ctx context.Context, m *Member, cond func(Stats) bool) error {
 // sealed under key 1 before it. Over UDP a unicast datagram (an echo of
 // B's address probe at Open) can wait in B's unicast socket, which B
 // reads every fourth call, until after B retired key 1, and is then
-// refused as it should be: under -race that happened about once in 100
-// runs.
+// refused as it should be.
 func TestSetKeysRotation(t *testing.T) {
 	keys := testKeys(t, 2)
 	k1, k2 := keys[0], keys[1]

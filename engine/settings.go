@@ -20,11 +20,11 @@ const (
 	DefaultMaxMessage   = 16 << 20
 	// DefaultWindow is 128Ki messages: with 64 B messages that is 8 MiB
 	// of payload, more than DefaultInFlightBytes, so byte flow control
-	// holds a small-message sender before the count does. With half of
-	// it a 64 B stream on loopback waited on the full window some 900
-	// times in 2 seconds, while the STABLEs that free it were on their
-	// way (docs/performance.md). Its cost: twice Window slots of 24 B for
-	// each sender heard (made on its first message).
+	// holds a small-message sender before the count does: with half of
+	// it a 64 B stream on loopback keeps waiting on the full window while
+	// the STABLEs that free it are on their way (docs/performance.md).
+	// Its cost: twice Window slots of 24 B for each sender heard (made on
+	// its first message).
 	DefaultWindow         = 1 << 17
 	DefaultBatchSize      = 64
 	DefaultSocketBuffer   = 4 << 20
