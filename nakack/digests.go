@@ -185,7 +185,7 @@ func (p *Protocol) installView(v View, d digest.Digest, merge bool, now time.Dur
 	}
 	p.round.init(n, p.stablePer())
 	p.mlag.init(n, p.round.chunks)
-	p.lastStab, p.chaseAt = p.lastStab[:0], NoDeadline
+	p.lastStab, p.lastSettled, p.chaseAt = p.lastStab[:0], false, NoDeadline
 	p.groupRecv = 0 // a new member may not have read anything yet
 	p.viewCredits()
 	for len(p.challenged) > 0 { // a MSG_NOT_FOUND counts for its view only
