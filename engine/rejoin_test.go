@@ -32,12 +32,14 @@ import (
 func TestRejoinFiltersOwnDataAndReleasesPool(t *testing.T) {
 	base := nakcastGoroutines()
 	recs := []*recorder{newRecorder(-1), newRecorder(-1)}
-	mute := &mutedTransport{}
+	var mute atomic.Bool
 	ms := openJoined(t, 2, func(i int, c *Config) {
 		c.Handler = recs[i]
 		if i == 1 {
 			c.Membership.SuspectTimeout = time.Minute
-			c.Transport.Wrap = mute.wrap
+			c.Transport.Wrap = func(t transport.Transport) transport.Transport {
+				return &muted{Faulty: none.Wrap(t), on: &mute}
+			}
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -71,8 +73,8 @@ func TestRejoinFiltersOwnDataAndReleasesPool(t *testing.T) {
 
 	// Mute the victim; the coordinator multicasts, and the victim delivers
 	// it all before the coordinator can suspect it.
-	mute.on.Store(true)
-	defer mute.on.Store(false)
+	mute.Store(true)
+	defer mute.Store(false)
 	// The incarnation the exclusion drops. A rejoin slowed down on a busy
 	// machine can go through more incarnations (one that founds a group
 	// of its own and merges), so the last dropped one is not necessarily
@@ -93,7 +95,7 @@ func TestRejoinFiltersOwnDataAndReleasesPool(t *testing.T) {
 	require.NoError(t, recs[1].waitFor(ctx, func() bool { return recs[1].count[cid] == n+during }))
 	e := waitViewSize(t, ctx, coord, 1)
 	require.NotContains(t, e.Members, old)
-	mute.on.Store(false)
+	mute.Store(false)
 
 	// The victim finds itself excluded and rejoins as a new incarnation.
 	waitViewSize(t, ctx, coord, 2)
@@ -145,18 +147,10 @@ func TestRejoinFiltersOwnDataAndReleasesPool(t *testing.T) {
 	checkNoLeak(t, base)
 }
 
-// mutedTransport drops everything its member sends while on is set (the
-// member keeps receiving): to other members it is as silent as a crashed
-// one. It passes the wrapped transport's optional methods through
+// muted is a transport that drops everything its member sends while on is
+// set (the member keeps receiving): to other members it is as silent as a
+// crashed one. It passes the wrapped transport's optional methods through
 // (memtransport.Faulty without faults), the group filter among them.
-type mutedTransport struct {
-	on atomic.Bool
-}
-
-func (m *mutedTransport) wrap(t transport.Transport) transport.Transport {
-	return &muted{Faulty: none.Wrap(t), on: &m.on}
-}
-
 type muted struct {
 	*memtransport.Faulty
 	on *atomic.Bool

@@ -291,12 +291,12 @@ type Protocol struct {
 	// a member that missed it, and with chases); chaseAt is when the
 	// round's missing reports are asked for next, chaseIval the delay
 	// after that (chase).
-	lastStab []digest.Entry
-	// lastSettled: the last round was settled (wire.FlagSettled on its
-	// STABILITY and repeats).
+	lastStab  []digest.Entry
+	chaseAt   time.Duration
+	chaseIval time.Duration
+	// lastSettled: lastStab's round was settled (wire.FlagSettled on its
+	// STABILITY and its repeats).
 	lastSettled bool
-	chaseAt     time.Duration
-	chaseIval   time.Duration
 	// groupRecv: the Received of the own entry in the last STABILITY of
 	// the current view (every member read up to it); see GroupReceived.
 	groupRecv uint64

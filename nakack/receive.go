@@ -80,7 +80,7 @@ func (p *Protocol) onData(buf *wire.Buffer, h wire.Header, body []byte, now time
 // countRepairs adds to RepairsReceived what a repair datagram inserted
 // (Received was r0 before it).
 func (p *Protocol) countRepairs(h wire.Header, r0 uint64) {
-	if h.Flags&wire.FlagRepair != 0 {
+	if h.Repair() {
 		p.stats.RepairsReceived += p.stats.Received - r0
 	}
 }
@@ -295,7 +295,9 @@ func (p *Protocol) onFrag(buf *wire.Buffer, h wire.Header, body []byte, now time
 	case ring.Added:
 		p.holdRef(s, ref, 1, f.Seq)
 		p.stats.Received++
-		p.countRepairs(h, p.stats.Received-1)
+		if h.Repair() {
+			p.stats.RepairsReceived++
+		}
 		p.inserted(s, f.Seq)
 	default:
 		p.dropRef(ref)

@@ -95,6 +95,22 @@ func TestRepairsReceived(t *testing.T) {
 	require.Zero(t, c.p(mA).Stats().RepairsReceived)
 }
 
+// TestRepairsReceivedFragments: a repaired fragment counts as one message
+// got back, like a repaired small message.
+func TestRepairsReceivedFragments(t *testing.T) {
+	c := newCluster(t, nil, mB, mA)
+	ds := sendWithFrag(t, c, 2, 4) // 1, M's two fragments (seqnos 2 and 3), 4
+	c.deliverTo(dataOf(t, ds, 1), mA)
+	c.deliverTo(dataOf(t, ds, 4), mA) // M lost
+	for c.p(mA).Stats().Repair.Count == 0 {
+		require.Less(t, c.now, time.Second, "never repaired")
+		c.run(c.now+100*time.Microsecond, nil)
+	}
+	c.poll()
+	require.Equal(t, []uint64{1, 2, 4}, c.rec(mA).seqs(mB))
+	require.Equal(t, uint64(2), c.p(mA).Stats().RepairsReceived, "M's two fragments")
+}
+
 // stableRound has every member send its STABLE, shuttles the STABLEs to
 // the coordinator and its STABILITY to everyone, without polling.
 func stableRoundNoPoll(c *cluster) {

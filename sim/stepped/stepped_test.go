@@ -102,20 +102,10 @@ func TestStaticGroup(t *testing.T) {
 
 func runStatic(t *testing.T, seed uint64) *stepped.Cluster {
 	r := rand.New(rand.NewPCG(seed, 4))
-	var members []digest.Member
-	var c *stepped.Cluster
-	c = stepped.New(stepped.Config{Seed: seed, Net: lossy(r, 0.1), Engine: func(cfg *engine.Config) {
-		cfg.Membership.Members = members
-		for _, m := range members {
-			cfg.Membership.MemberAddrs = append(cfg.Membership.MemberAddrs, c.Addr(m.ID))
-		}
-	}})
+	var fv fixedView
+	c := stepped.New(stepped.Config{Seed: seed, Net: lossy(r, 0.1), Engine: fv.config})
 	s := c.Sim()
-	ns := addNodes(t, c, 4)
-	for _, n := range ns {
-		members = append(members, digest.Member{ID: n.ID(), Inc: 1})
-		require.NoError(t, c.Join(0, n))
-	}
+	ns := fv.open(t, c, 4)
 	for _, n := range ns[:3] {
 		require.NoError(t, c.Traffic(n, time.Millisecond, time.Second, time.Duration(1+r.IntN(3))*time.Millisecond))
 	}
@@ -207,14 +197,6 @@ func runCloseTogether(t *testing.T, seed uint64) *stepped.Cluster {
 		last = max(last, at)
 		require.NoError(t, c.Leave(at, n))
 	}
-	closed := func() bool {
-		for _, n := range ns {
-			if !n.Engine().StepClosed() {
-				return false
-			}
-		}
-		return true
-	}
 	closedAt := map[uint64]time.Duration{}
 	s.AddCheck(func(now time.Duration) error {
 		for _, n := range ns {
@@ -225,7 +207,7 @@ func runCloseTogether(t *testing.T, seed uint64) *stepped.Cluster {
 		return nil
 	})
 	bound := last + engine.DefaultLeaveTimeout + time.Second
-	done, err := s.RunWhile(func() bool { return !closed() }, 10*time.Millisecond, bound)
+	done, err := s.RunWhile(func() bool { return !allClosed(ns) }, 10*time.Millisecond, bound)
 	require.NoError(t, err, "seed %d", seed)
 	require.True(t, done, "seed %d: not every member closed by %v (member %d muted; view %v; closed after the last close: %v)",
 		seed, bound, mute, view, closedAt)
@@ -261,12 +243,11 @@ func TestStaticCloseLostTail(t *testing.T) {
 func runStaticCloseLostTail(t *testing.T, seed uint64) *stepped.Cluster {
 	r := rand.New(rand.NewPCG(seed, 8))
 	var s *sim.Sim
-	var members []digest.Member
+	var fv fixedView
 	stop := time.Second
 	tailFrom := stop - time.Duration(5+r.IntN(10))*time.Millisecond
 	deafTo := stop + time.Duration(60+r.IntN(40))*time.Millisecond
-	var c *stepped.Cluster
-	c = stepped.New(stepped.Config{Seed: seed, Net: sim.NetConfig{Latency: 200 * time.Microsecond},
+	c := stepped.New(stepped.Config{Seed: seed, Net: sim.NetConfig{Latency: 200 * time.Microsecond},
 		Drop: func(from, to uint64, b []byte) bool {
 			if from != 1 || to != 3 || len(b) < 4 || s.Now() < tailFrom || s.Now() >= deafTo {
 				return false
@@ -279,32 +260,16 @@ func runStaticCloseLostTail(t *testing.T, seed uint64) *stepped.Cluster {
 			}
 			return false
 		},
-		Engine: func(cfg *engine.Config) {
-			cfg.Membership.Members = members
-			for _, m := range members {
-				cfg.Membership.MemberAddrs = append(cfg.Membership.MemberAddrs, c.Addr(m.ID))
-			}
-		}})
+		Engine: fv.config})
 	s = c.Sim()
-	ns := addNodes(t, c, 3)
-	for _, n := range ns {
-		members = append(members, digest.Member{ID: n.ID(), Inc: 1})
-		require.NoError(t, c.Join(0, n))
-	}
+	ns := fv.open(t, c, 3)
 	require.NoError(t, c.Traffic(ns[0], time.Millisecond, stop, time.Millisecond))
 	for _, n := range ns {
 		require.NoError(t, c.Leave(stop+time.Duration(r.IntN(5))*time.Millisecond, n))
 	}
 	require.NoError(t, s.RunUntil(stop), "seed %d", seed)
 	bound := stop + 2*time.Second
-	done, err := s.RunWhile(func() bool {
-		for _, n := range ns {
-			if !n.Engine().StepClosed() {
-				return true
-			}
-		}
-		return false
-	}, 10*time.Millisecond, bound)
+	done, err := s.RunWhile(func() bool { return !allClosed(ns) }, 10*time.Millisecond, bound)
 	require.NoError(t, err, "seed %d", seed)
 	require.True(t, done, "seed %d: not every member closed by %v", seed, bound)
 	self := ns[0].Engine().Self()
@@ -316,6 +281,44 @@ func runStaticCloseLostTail(t *testing.T, seed uint64) *stepped.Cluster {
 		require.Equal(t, sent+1, st.Next, "seed %d: member %d has member 1's messages up to %d of %d", seed, n.ID(), st.Next-1, sent)
 	}
 	return c
+}
+
+// fixedView is a fixed view of the nodes open opens, each at its address
+// on the cluster: config is the cluster's Config.Engine.
+type fixedView struct {
+	c       *stepped.Cluster
+	members []digest.Member
+}
+
+func (v *fixedView) config(cfg *engine.Config) {
+	cfg.Membership.Members = v.members
+	for _, m := range v.members {
+		cfg.Membership.MemberAddrs = append(cfg.Membership.MemberAddrs, v.c.Addr(m.ID))
+	}
+}
+
+// open adds nodes 1..n to c and opens them at time 0 as the view's
+// members.
+func (v *fixedView) open(t *testing.T, c *stepped.Cluster, n uint64) []*stepped.Node {
+	v.c = c
+	ns := addNodes(t, c, n)
+	for _, nd := range ns {
+		v.members = append(v.members, digest.Member{ID: nd.ID(), Inc: 1})
+	}
+	for _, nd := range ns {
+		require.NoError(t, c.Join(0, nd))
+	}
+	return ns
+}
+
+// allClosed reports whether every node's member has finished closing.
+func allClosed(ns []*stepped.Node) bool {
+	for _, n := range ns {
+		if !n.Engine().StepClosed() {
+			return false
+		}
+	}
+	return true
 }
 
 // lossy is a network with loss up to maxLoss, duplication up to 2% and
