@@ -233,7 +233,18 @@
 // same layout: a fixed part (FixedLen bytes, counted in the header length so
 // that a newer minor version may append fixed fields that older receivers
 // skip) followed by optional sections flagged in the fixed part. See msg.go.
-// Decoders validate every length and never panic; they are fuzzed.
+// Decoders validate every length and never panic; they are fuzzed. A
+// view counter above MaxViewCounter makes a datagram malformed.
+//
+// # View counters
+//
+// A coordinator numbers a view one above the highest counter it has
+// taken (maxCounter), and it takes counters only from views it installs,
+// heartbeats of members of its view, a member's VIEW_ACK refusing a view
+// as stale, and the views other coordinators answer a merge with. A
+// stranger's heartbeat or merge request does not number anything: a
+// counter taken from one could be pushed at will, up to 2^64-1, after
+// which the next view wrapped to 0 and every other member refused it.
 //
 // gms must not do I/O, read the wall clock, or hold NAKACK rules (those are
 // nakack's: gms decides views, cuts and digests and tells the protocol).

@@ -501,7 +501,8 @@ func (g *GMS) joinDigest(v View, joiners []digest.Member, now time.Duration) (ui
 
 func (g *GMS) onViewAck(m *msg, now time.Duration) {
 	if m.kind == 1 {
-		if vc := g.coord.vc; vc != nil && m.view == vc.view.ID && m.a >= vc.view.ID.Counter {
+		if vc := g.coord.vc; vc != nil && m.view == vc.view.ID && vc.view.Contains(m.sender) &&
+			m.a >= vc.view.ID.Counter && m.a <= MaxViewCounter {
 			g.maxCounter = max(g.maxCounter, m.a)
 			g.renumberViewChange(now)
 		}

@@ -45,7 +45,9 @@ func (g *GMS) mergeCandidate(other Peer, otherView digest.ViewID, now time.Durat
 	if g.merge != nil || g.hold != nil || g.coord.vc != nil || !g.self.Member.Less(other.Member) {
 		return
 	}
-	g.maxCounter = max(g.maxCounter, otherView.Counter)
+	// The other side's counter is not taken here: a heartbeat can come
+	// from anyone. installMerge numbers the merge view above the counters
+	// of the views the other coordinators answer with.
 	ms := &mergeState{id: g.rng.Uint64() | 1, others: []Peer{other}, rsps: make(map[digest.Member]*msg),
 		deadline: now + g.cfg.MergeTimeout}
 	ms.capID, ms.own = g.proto.CaptureMergeDigest(now)
@@ -98,7 +100,9 @@ func (g *GMS) onMergeReq(m *msg, now time.Duration) {
 		g.send(leader, &msg{typ: typeMergeRsp, kind: 1, id: m.id})
 		return
 	}
-	g.maxCounter = max(g.maxCounter, m.view.Counter)
+	// The leader's counter is not taken either: the merge view it sends
+	// is numbered above both sides' counters, and installing it raises
+	// maxCounter.
 	capID, d := g.proto.CaptureMergeDigest(now)
 	r := &msg{typ: typeMergeRsp, kind: 0, id: m.id}
 	r.withView(g.view).withDigest(d)

@@ -220,6 +220,9 @@ func decode(b []byte, group uint32) (*msg, error) {
 	if !r.ok() || (len(r.b) != 0 && h.Minor <= wire.VersionMinor) {
 		return nil, errMalformed
 	}
+	if m.view.Counter > MaxViewCounter || m.v.ID.Counter > MaxViewCounter {
+		return nil, errMalformed
+	}
 	return m, nil
 }
 

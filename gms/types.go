@@ -92,6 +92,14 @@ func (v View) String() string {
 	return b.String()
 }
 
+// MaxViewCounter is the largest view counter a member accepts: a
+// membership datagram naming a higher one is malformed. A coordinator
+// numbers its next view one above the highest counter it has seen, so an
+// unbounded counter from a datagram (2^64-1) would make that 0, a view
+// every other member refuses as stale. Counters grow by one a view, so a
+// group never reaches 2^62 by itself.
+const MaxViewCounter = 1 << 62
+
 // validate checks that v is well formed: a non-zero id whose coordinator is
 // the first member, no zero and no repeated member.
 func (v View) validate() error {

@@ -306,6 +306,13 @@ local function range_check(v)
 	if u64_zero(v.from) or v.to < v.from then return "invalid range (want 1 <= from <= to)" end
 end
 
+-- gms.MaxViewCounter: a membership datagram naming a higher view counter
+-- is malformed.
+local GMS_MAX_COUNTER = UInt64(0, 0x40000000) -- 2^62
+local function gms_counter_check(v)
+	if v.counter > GMS_MAX_COUNTER then return "view counter above 2^62" end
+end
+
 local function member_check(v)
 	if v.zero then return "zero member" end
 end
@@ -475,7 +482,7 @@ local function gms_fixed(d, tree)
 		for _, s in ipairs(gms_sections) do st:add(s.field, d.tvb(d.off - 1, 1)) end
 	end
 	d:item(tree, item("u16", F.gms_reserved))
-	d:item(tree, item("viewid", F.view, "view"))
+	d:item(tree, item("viewid", F.view, "view", gms_counter_check))
 	local _, ti = d:item(tree, item("u64", F.gms_id, "id"))
 	label(ti, g.id)
 	_, ti = d:item(tree, item("u64", F.gms_a, "a"))
@@ -529,7 +536,7 @@ local gms_section_decoders = {
 		d:gms_peer(p, F.gms_peer_member, F.gms_peer_addr)
 	end,
 	view = function(d, t)
-		local v = d:item(t, item("viewid", F.gms_view))
+		local v = d:item(t, item("viewid", F.gms_view, nil, gms_counter_check))
 		if not v then return end
 		local n = d:gms_count(t, F.gms_view_count, "view member")
 		for _ = 1, n or 0 do
