@@ -50,38 +50,22 @@ type agent struct {
 	// has the dedicated sender goroutine's).
 	rw wbatch
 
-	pushH deliverer // push mode: wraps Config.Handler
-	pullH deliverer // pull mode: wraps the delivery ring
-	drop  deliverer // closing in pull mode: discards
+	// The handlers Poll delivers to; lost ranges are queued as events by
+	// the protocol's OnLost hook (Member.lostRange), so each Deliver goes
+	// from the protocol straight to the handler.
+	pushH nakack.Handler // push mode: Config.Handler itself
+	pullH nakack.Handler // pull mode: the delivery ring
+	drop  nakack.Handler // closing in pull mode: discards
 	// dlv is pull mode's delivery ring to Member.Poll (nil in push mode).
 	dlv *delivery
 }
 
-// deliverer adapts the user's Handler to nakack.Handler, queueing lost
-// ranges as events. A field of the agent, so passing it as an interface
-// does not allocate.
-type deliverer struct {
-	m *Member
-	h Handler
-}
+// discard is the handler of a closing pull-mode member: what the
+// application no longer polls is dropped (lost ranges still become events).
+type discard struct{}
 
-// Deliver passes a message to the user's handler, if any.
-func (d *deliverer) Deliver(sender digest.Member, seq uint64, payload []byte) {
-	if d.h != nil {
-		d.h.Deliver(sender, seq, payload)
-	}
-}
-
-// Lost queues an EventLost and tells the user's handler, if any.
-func (d *deliverer) Lost(sender digest.Member, from, to uint64) {
-	d.m.ctr.lostRanges.Add(1)
-	d.m.events.push(Event{Kind: EventLost, Sender: sender, From: from, To: to})
-	if d.h != nil {
-		d.h.Lost(sender, from, to)
-	}
-}
-
-var _ nakack.Handler = (*deliverer)(nil)
+func (discard) Deliver(digest.Member, uint64, []byte) {}
+func (discard) Lost(digest.Member, uint64, uint64)    {}
 
 func (a *agent) init(m *Member) {
 	a.m = m
@@ -105,12 +89,12 @@ func (a *agent) init(m *Member) {
 		a.quit = make(chan struct{})
 		a.sendDone = make(chan struct{})
 	}
-	a.pushH = deliverer{m: m, h: m.cfg.Handler}
-	a.drop = deliverer{m: m}
+	a.pushH = m.cfg.Handler
+	a.drop = discard{}
 	if m.cfg.Handler == nil {
 		a.dlv = newDelivery(&m.cfg)
 		a.dlv.superseded = &m.ctr.discardedOnRejoin
-		a.pullH = deliverer{m: m, h: a.dlv}
+		a.pullH = a.dlv
 	}
 }
 

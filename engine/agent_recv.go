@@ -66,7 +66,7 @@ func (a *agent) receive(now time.Duration) int {
 	for i := 0; i < n; i++ {
 		a.receiveOne(i, now)
 		if p := m.proto; push && p != nil {
-			d := p.Poll(&a.pushH, m.cfg.DeliverBatch)
+			d := p.Poll(a.pushH, m.cfg.DeliverBatch)
 			m.ctr.delivered.Add(uint64(d))
 		}
 	}
@@ -89,7 +89,7 @@ func (a *agent) deliver(p *nakack.Protocol, closing bool) (work int) {
 	switch {
 	case m.cfg.Handler != nil:
 		for range maxDeliverRounds {
-			n := p.Poll(&a.pushH, m.cfg.DeliverBatch)
+			n := p.Poll(a.pushH, m.cfg.DeliverBatch)
 			m.ctr.delivered.Add(uint64(n))
 			work += n
 			if n < m.cfg.DeliverBatch {
@@ -97,7 +97,7 @@ func (a *agent) deliver(p *nakack.Protocol, closing bool) (work int) {
 			}
 		}
 	case closing:
-		n := p.Poll(&a.drop, m.cfg.DeliverBatch)
+		n := p.Poll(a.drop, m.cfg.DeliverBatch)
 		m.ctr.discardedOnClose.Add(uint64(n))
 		work += n
 	default:
@@ -120,7 +120,7 @@ func (a *agent) deliverPull(p *nakack.Protocol) (work int) {
 			break
 		}
 		lim := min(room, a.m.cfg.DeliverBatch)
-		n := p.Poll(&a.pullH, lim)
+		n := p.Poll(a.pullH, lim)
 		work += n
 		if n < lim {
 			break

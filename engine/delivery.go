@@ -174,8 +174,8 @@ func (d *delivery) Deliver(s digest.Member, seq uint64, payload []byte) {
 	d.put(recMsg, s, seq, 0, payload)
 }
 
-// Lost implements nakack.Handler: the event is queued by the agent's
-// deliverer (lostRange), the range goes to Poll's handler.
+// Lost implements nakack.Handler: the protocol's OnLost hook
+// (Member.lostRange) queues the event, the range goes to Poll's consumer.
 func (d *delivery) Lost(s digest.Member, from, to uint64) {
 	d.put(recLost, s, from, to, nil)
 }

@@ -120,7 +120,15 @@ func (m *Member) newNakack(self digest.Member, stableIval time.Duration) (*nakac
 		// whoever holds the group key is one), so a MSG_NOT_FOUND is acted
 		// on without the open mode's challenge round trip.
 		Authenticated: m.sec != nil,
+		OnLost:        m.lostRange,
 	})
+}
+
+// lostRange counts a lost range the protocol reports and queues it as an
+// EventLost (nakack's OnLost), before the handler's Lost is called.
+func (m *Member) lostRange(sender digest.Member, from, to uint64) {
+	m.ctr.lostRanges.Add(1)
+	m.events.push(Event{Kind: EventLost, Sender: sender, From: from, To: to})
 }
 
 // repairBurst is the repair credit a requester starts with (nakack

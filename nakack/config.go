@@ -205,6 +205,12 @@ type Config struct {
 	Seed uint64
 	// Logger receives the MSG_NOT_FOUND warning. Default: discard.
 	Logger *slog.Logger
+	// OnLost, if set, is told of every lost range Poll reports, just
+	// before the handler's Lost and on Poll's goroutine: a driver that
+	// records lost ranges whatever handler it gives Poll passes the
+	// application's handler to Poll as it is, with no wrapper between
+	// the protocol and each Deliver.
+	OnLost func(sender digest.Member, from, to uint64)
 }
 
 func (c *Config) setDefaults() error {

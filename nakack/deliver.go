@@ -1,6 +1,7 @@
 package nakack
 
 import (
+	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/ring"
 	"github.com/nakcast/nakcast/wire"
 )
@@ -331,22 +332,32 @@ func (p *Protocol) deliverRun(s *sender, h Handler, bh BatchHandler, first uint6
 			i++
 			continue
 		}
-		j := i
-		var rb runBytes
+		j := i + 1
+		for j < len(ms) && ms[j].fc == 0 {
+			j++
+		}
 		if bh != nil {
+			var rb runBytes
 			ps := p.pscr[:0]
-			for ; j < len(ms) && ms[j].fc == 0; j++ {
-				ps = append(ps, rb.payload(&ms[j]))
+			for k := i; k < j; k++ {
+				ps = append(ps, rb.payload(&ms[k]))
 			}
 			p.pscr = ps
 			bh.DeliverBatch(s.m, first+uint64(i), ps)
 		} else {
-			for ; j < len(ms) && ms[j].fc == 0; j++ {
-				h.Deliver(s.m, first+uint64(j), rb.payload(&ms[j]))
-			}
+			deliverWhole(h, s.m, first+uint64(i), ms[i:j])
 		}
 		p.stats.Delivered += uint64(j - i)
 		i = j
+	}
+}
+
+// deliverWhole hands whole messages ms (seqnos first..) to h.Deliver: a
+// loop of its own, so that little state lives across each call.
+func deliverWhole(h Handler, sender digest.Member, first uint64, ms []msg) {
+	var rb runBytes
+	for i := range ms {
+		h.Deliver(sender, first+uint64(i), rb.payload(&ms[i]))
 	}
 }
 
@@ -452,6 +463,9 @@ func (p *Protocol) reportLost(s *sender, h Handler, from, to uint64) {
 	r.reported = to
 	p.stats.LostRanges++
 	p.stats.LostMessages += to - from + 1
+	if p.cfg.OnLost != nil {
+		p.cfg.OnLost(s.m, from, to)
+	}
 	h.Lost(s.m, from, to)
 }
 

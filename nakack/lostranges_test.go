@@ -211,3 +211,25 @@ func TestLostRangeHeldBackDecidedByCut(t *testing.T) {
 		require.False(t, c.p(m).CutPending(mB), "member %v", m)
 	}
 }
+
+// TestOnLostHook: Config.OnLost is told of exactly the ranges the handler's
+// Lost gets, each just before it.
+func TestOnLostHook(t *testing.T) {
+	var hooked []lostEvent
+	var c *cluster
+	c = newCluster(t, func(cfg *Config) {
+		cfg.SendWindow, cfg.RecvWindow, cfg.MaxBundle = 512, 512, 8
+		if cfg.Self == mA {
+			cfg.OnLost = func(s digest.Member, from, to uint64) {
+				// The handler has not been told of this range yet.
+				require.Len(t, c.rec(mA).lostOf(s), len(hooked))
+				hooked = append(hooked, lostEvent{s, from, to})
+			}
+		}
+	}, mB, mA, mC)
+	c.send(mB, false, payloads("b", 1, 200)...) // nobody gets it
+	c.poll()
+	purgeAndSend(t, c, 150, "b201")
+	require.Equal(t, []lostEvent{{mB, 1, 150}}, hooked)
+	require.Equal(t, hooked, c.rec(mA).lostOf(mB))
+}
