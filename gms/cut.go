@@ -514,8 +514,23 @@ func (g *GMS) onCut(m *msg, now time.Duration) {
 	}
 	switch m.kind {
 	case 0:
+		// A fix counts only from our view's coordinator: a member of our
+		// view that split away and formed a view of its own cuts the same
+		// sender there, at another point, and its multicast fix reaches
+		// us once the partition heals. A coordinator that takes over
+		// sends its fix again once we install its view (tickCuts).
+		if coord.Member != g.view.Coord().Member {
+			g.stats.Refused++
+			return
+		}
 		g.applyCut(coord, m.member, m.a, m.b, m.ranges, now)
 	case 1:
+		// A close counts only from the coordinator whose fix we applied,
+		// once we acknowledged that fix: closing the window earlier would
+		// drop what lies below the cut undelivered and unreported.
+		if mc := g.mcuts[m.member]; mc == nil || mc.coord.Member != m.sender || !mc.acked {
+			return
+		}
 		g.closeMemberCut(m.member, now)
 	}
 }

@@ -168,7 +168,13 @@
 // window reports it as above and is cut again, at the same cut with
 // nothing more lost. A coordinator that installs a view it does not
 // coordinate (a merge led by another) drops its cuts: their survivors
-// report them to the new coordinator.
+// report them to the new coordinator. A member takes a fix only from its
+// view's coordinator and a close only from the coordinator whose fix it
+// acknowledged: a member of its view that split away and coordinates a
+// view of its own fixes the same sender at another point, and its
+// multicast fix and close reach the old side once the partition heals
+// (closed there at the other cut, the seqnos between were neither
+// delivered nor reported lost).
 //
 // # Merges
 //

@@ -66,6 +66,10 @@ type wgScenario struct {
 	traffic     []members.Traffic // relative to the start of the chaos
 	faults      []fault
 	chaos       time.Duration
+	// heavy: the group forms on a clean network (jitter only), the loss
+	// drops to a quarter after the chaos and the group has 120s, not 40,
+	// to settle (newWGHeavyScenario).
+	heavy bool
 }
 
 func (sc wgScenario) String() string {
@@ -117,12 +121,20 @@ func newWGScenario(seed uint64) wgScenario {
 		sc.traffic = append(sc.traffic, members.Traffic{Count: 100 + r.IntN(301), MinSize: 8, MaxSize: maxSize,
 			Interval: time.Duration(1+r.IntN(5)) * time.Millisecond, Stop: sc.chaos})
 	}
+	drawFaults(r, &sc, 1+r.IntN(4))
+	return sc
+}
+
+// drawFaults draws count faults into sc from r (fewer when a crash, leave
+// or stall would leave fewer than two members alive), at 100-2700ms into
+// the chaos.
+func drawFaults(r *rand.Rand, sc *wgScenario, count int) {
 	alive := map[uint64]bool{}
 	for id := range uint64(sc.members) {
 		alive[id+1] = true
 	}
 	next := uint64(sc.members) + 1
-	for range 1 + r.IntN(4) {
+	for range count {
 		f := fault{kind: faultKind(r.IntN(int(faultKinds))), at: time.Duration(100+r.IntN(2600)) * time.Millisecond}
 		ids := sortedIDs(alive)
 		switch f.kind {
@@ -178,7 +190,6 @@ func newWGScenario(seed uint64) wgScenario {
 		}
 		sc.faults = append(sc.faults, f)
 	}
-	return sc
 }
 
 // maxNodes bounds the node ids a scenario uses (founders and joiners).
@@ -206,7 +217,11 @@ func runWGScenario(sc wgScenario) (c *members.Cluster, err error) {
 }
 
 func runWG(sc wgScenario) (*members.Cluster, error) {
-	c := members.New(members.Config{Seed: sc.seed, Net: sc.net,
+	formNet, settle := sc.net, 40*time.Second
+	if sc.heavy {
+		formNet, settle = sim.NetConfig{Jitter: sc.net.Jitter}, 120*time.Second
+	}
+	c := members.New(members.Config{Seed: sc.seed, Net: formNet,
 		GMS: func(id uint64, cfg *gms.Config) { cfg.DiscoveryRounds, cfg.CreateGroup = 1, true },
 		Nakack: func(id uint64, cfg *nakack.Config) {
 			if sc.window > 0 {
@@ -227,6 +242,9 @@ func runWG(sc wgScenario) (*members.Cluster, error) {
 		return c, err
 	}
 	t0 := c.Sim.Now()
+	if sc.heavy {
+		c.Sim.SetNet(sc.net)
+	}
 	var gens []*members.Generator
 	for i, t := range sc.traffic {
 		t.Start, t.Stop = t0, t0+t.Stop
@@ -241,6 +259,11 @@ func runWG(sc wgScenario) (*members.Cluster, error) {
 	if err := c.Sim.RunUntil(end); err != nil {
 		return c, err
 	}
+	if sc.heavy {
+		calm := sc.net
+		calm.Loss, calm.SharedLoss = calm.Loss/4, calm.SharedLoss/4
+		c.Sim.SetNet(calm)
+	}
 	settled := func() bool {
 		for _, g := range gens {
 			if !g.Done() && c.Node(g.NodeID()).Up() {
@@ -249,7 +272,7 @@ func runWG(sc wgScenario) (*members.Cluster, error) {
 		}
 		return c.Settled()
 	}
-	if err := c.RunUntil(settled, end+40*time.Second, "settled"); err != nil {
+	if err := c.RunUntil(settled, end+settle, "settled"); err != nil {
 		return c, err
 	}
 	if err := c.Check(); err != nil {

@@ -24,7 +24,7 @@ func (c *Cluster) Settled() bool {
 // returns every violation found.
 func (c *Cluster) Check() error {
 	final := c.Final()
-	errs := []error{c.checkCuts(final), c.checkOwed(final), c.checkBoundaries(), c.checkStates(final), c.checkMalformed()}
+	errs := []error{c.checkCuts(), c.checkOwed(final), c.checkBoundaries(), c.checkStates(final), c.checkMalformed()}
 	return errors.Join(errs...)
 }
 
@@ -65,20 +65,29 @@ func (c *Cluster) every(fn func(inc *Incarnation)) {
 	}
 }
 
-// checkCuts: every final member completed every cut it applied (its
-// stream reaches the cut, its window is closed), and the survivors of one
-// cut (members that closed the sender's window under the same coordinator
-// after the same view dropped it: survivors a partition split before the
-// cut closed end under different ones) have the same stream of it from
-// where they stood then up to the cut, boundaries included.
-func (c *Cluster) checkCuts(final []*Node) error {
-	for _, n := range final {
-		inc := n.Cur()
+// checkCuts: every incarnation that closed a departed sender's window
+// had completed the cut it applied first (its stream reaches the cut), and
+// the survivors of one cut (members that closed the sender's window under
+// the same coordinator after the same view dropped it: survivors a
+// partition split before the cut closed end under different ones) have the
+// same stream of it from where they stood then up to the cut, boundaries
+// included.
+func (c *Cluster) checkCuts() error {
+	// Every incarnation, not only the final members': one that later
+	// crashed or left closed its windows all the same, and a close before
+	// the stream reached the cut leaves the messages between neither
+	// delivered nor reported lost.
+	var early error
+	c.every(func(inc *Incarnation) {
 		for _, ep := range inc.Episodes {
-			if ep.Closed && ep.HasCut && inc.App.next(ep.Sender) <= ep.Cut {
-				return fmt.Errorf("%v: %v's stream ends at %d, before its cut %d", n, ep.Sender, inc.App.next(ep.Sender)-1, ep.Cut)
+			if next := inc.App.next(ep.Sender); ep.Closed && ep.HasCut && next <= ep.Cut && early == nil {
+				early = fmt.Errorf("%v closed %v's window (cut %d, dropped in view %v) with its stream at %d: %d..%d neither delivered nor reported lost",
+					inc.Member, ep.Sender, ep.Cut, ep.Dropped, next-1, next, ep.Cut)
 			}
 		}
+	})
+	if early != nil {
+		return early
 	}
 	type key struct {
 		sender, closer digest.Member

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,9 +19,19 @@ import (
 )
 
 var (
-	discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	discardLogger = replayLogger()
 	errNotMember  = errors.New("members: node is not a member")
 )
+
+// replayLogger is every node's logger: silent, or gms's and nakack's logs
+// at Debug on stderr with NAKCAST_SIM_LOG=1 (replaying one seed; the
+// times are the wall clock's, the order is the simulation's).
+func replayLogger() *slog.Logger {
+	if os.Getenv("NAKCAST_SIM_LOG") == "1" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
 
 // Config configures a Cluster. Zero values take the defaults noted.
 type Config struct {
