@@ -57,8 +57,23 @@ func (p *Protocol) WindowState(m digest.Member) (digest.Entry, bool) {
 // transfer (reason is recorded in the history). Until ReleaseCapture, this
 // member's STABLE advertises at most the captured delivered values, so no
 // member purges past the captured point.
+//
+// A captured entry's Delivered also covers a lost run Poll has reported
+// beyond the window's delivered point (a run that reaches the window's
+// capacity is reported at once up to the holder's purge point, and the
+// window consumes the rest silently as purges make room): the application
+// has consumed those seqnos, so a state taken with the capture covers them,
+// and whoever installs the digest must neither wait for them nor report
+// them lost again.
 func (p *Protocol) CaptureDigest(reason string, now time.Duration) (CaptureID, digest.Digest) {
-	d := p.Digest()
+	es := p.appendDigest(nil)
+	for i := range es {
+		if s := p.senders[es[i].Member]; s != nil && !s.own && !s.reasm.active && s.reasm.reported > es[i].Delivered {
+			es[i].Delivered = s.reasm.reported
+			es[i].Received = max(es[i].Received, es[i].Delivered)
+		}
+	}
+	d := digest.New(es)
 	p.capSeq++
 	id := CaptureID(p.capSeq)
 	p.captures = append(p.captures, capture{id: id, d: d, reason: reason})

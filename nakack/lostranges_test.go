@@ -233,3 +233,44 @@ func TestOnLostHook(t *testing.T) {
 	require.Equal(t, []lostEvent{{mB, 1, 150}}, hooked)
 	require.Equal(t, hooked, c.rec(mA).lostOf(mB))
 }
+
+// TestCaptureCoversLostAhead: A's window holds 64 of B's seqnos and B
+// purged 1..150 of what A lacks. Poll reports [1,150] at once, while A's
+// window has consumed only what fits; the rest it consumes silently as
+// purges make room. A digest captured in between (a state transfer's)
+// must say delivered 150: the application was told up to there, and a
+// requester installing the digest with the state must not wait for
+// 65..150 or report them lost a second time.
+func TestCaptureCoversLostAhead(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) {
+		cfg.SendWindow, cfg.RecvWindow, cfg.MaxBundle = 512, 512, 8
+		cfg.StableInterval = 5 * time.Millisecond
+		if cfg.Self == mA {
+			cfg.SendWindow, cfg.RecvWindow = 64, 64
+		}
+	}, mB, mA, mC)
+	c.send(mB, false, payloads("b", 1, 200)...) // nobody gets it
+	c.poll()
+	_, err := c.p(mB).ForcePurge(mB, 150)
+	require.NoError(t, err)
+	c.deliver(c.send(mB, false, "b201"), nil)
+	a := c.p(mA)
+	seen := false
+	c.run(c.now+2*time.Second, func(dgram, digest.Member) bool {
+		st, _ := a.WindowState(mB)
+		if seen || len(c.rec(mA).lostOf(mB)) == 0 || st.Delivered >= 150 {
+			return false
+		}
+		seen = true
+		id, d := a.CaptureDigest("test", c.now)
+		a.ReleaseCapture(id)
+		e, ok := d.Lookup(mB)
+		require.True(t, ok)
+		require.Equal(t, uint64(150), e.Delivered, "window delivered %d", st.Delivered)
+		require.GreaterOrEqual(t, e.Received, e.Delivered)
+		return false
+	})
+	require.True(t, seen, "the window never lagged the reported lost range")
+	require.Equal(t, []lostEvent{{mB, 1, 150}}, c.rec(mA).lostOf(mB))
+	require.Equal(t, span(151, 201), c.rec(mA).seqs(mB))
+}
