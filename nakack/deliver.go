@@ -178,7 +178,8 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 // lostEnd decides whether Poll may report the lost run r of s's window
 // now, and up to where, so that a run is one event whatever the member's
 // window and whenever its pieces became known (two members that lose the
-// same seqnos report the same ranges):
+// same seqnos report the same ranges, but for a sender that purges in
+// steps while a run reaches the capacity: doc.go):
 //   - a run that reaches the window's capacity goes on up to lostTo (the
 //     holder's purge point a MSG_NOT_FOUND or merge gave, marked as purges
 //     make room): nothing beyond the capacity is held, so all of it is

@@ -178,7 +178,14 @@
 // the same seqnos report the same ranges: Poll reports it once the seqno
 // after it is held (or the run reaches the highest seqno known, or the
 // window's capacity, above), not while a gap that may still turn out lost
-// follows it (a later MSG_NOT_FOUND of a sender that purged more). The
+// follows it (a later MSG_NOT_FOUND of a sender that purged more). One
+// exception: a run that reaches the window's capacity is reported at once
+// up to the purge point known then (nothing beyond the capacity can be
+// held to find where it ends), so if the sender purges further in steps
+// (ForcePurge, the operator's tool, twice while we ask) the member that
+// learned the first point reports [17,32] then [33,48] where one that
+// learned only the second reports [17,48]: the same seqnos, in two
+// events. The
 // run takes in every fragmented message it makes undeliverable, with the
 // fragments of it this member holds, and the lost runs right after such
 // a message (lostChain): a member that holds a fragment of a lost message
