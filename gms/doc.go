@@ -201,6 +201,19 @@
 // refuses), so that nobody holds a capture for a merge that cannot
 // complete.
 //
+// Anyone can send a heartbeat or a merge request, so neither holds the
+// group for long. The leader captures its digest only once every answer
+// is in, and a merge still waiting for answers gives way to a view change
+// of the leader's own group (tried again on a later heartbeat). Another
+// coordinator holds its capture (and its view changes) for one leader's
+// merge at a time: a new request from that leader ends the hold for the
+// last one (its MERGE_DONE was lost) and continues the episode, and an
+// episode that lasted more than MergeTimeout without the merge view is
+// followed by a quiet period in which merge requests are refused
+// (MergeTimeout, doubling up to 8×MergeTimeout, reset by a merge that
+// completes). A stranger that keeps asking holds the capture at most a
+// fifth of the time once the back-off is at its longest.
+//
 // # State transfer
 //
 // RequestState asks a provider (the coordinator first) for the application

@@ -376,14 +376,24 @@ func (g *GMS) queueLeave(d departure) {
 // tryViewChange starts a view change for everything queued, unless one is
 // in progress or a digest retry is pending.
 func (g *GMS) tryViewChange(now time.Duration) {
-	if !g.IsCoordinator() || g.coord.vc != nil || g.merge != nil || g.hold != nil || now < g.coord.retryAt {
+	c := &g.coord
+	if !g.IsCoordinator() || c.vc != nil || g.hold != nil || now < c.retryAt || (g.merge != nil && g.merge.installed) {
 		return
 	}
-	c := &g.coord
 	if len(c.joins) == 0 && len(c.leaves) == 0 && len(c.excl) == 0 {
 		return
 	}
 	members, departed, joiners := g.nextMembers()
+	if g.merge != nil {
+		// A merge still waiting for answers holds nothing yet: it yields
+		// to a real change of the group's own (and is tried again on a
+		// later heartbeat), so that a coordinator that never answers
+		// cannot hold the group's views up.
+		if len(joiners) > 0 || len(departed) > 0 || c.takeover {
+			g.cancelMerge("a view change of our own comes first", now) // calls tryViewChange again
+		}
+		return
+	}
 	c.excl, c.leaves = c.excl[:0], c.leaves[:0]
 	if len(joiners) == 0 && len(departed) == 0 && !c.takeover {
 		c.joins = c.joins[:0]

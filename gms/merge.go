@@ -31,6 +31,7 @@ type mergeHold struct {
 	id       uint64
 	leader   Peer
 	capID    uint64
+	start    time.Duration // when we first answered this leader (endHold)
 	deadline time.Duration
 	rsp      []byte // our answer, sent again to a repeat of the request
 	// view is the merge view, once installed here: a heartbeat of the
@@ -41,17 +42,21 @@ type mergeHold struct {
 
 // mergeCandidate is called when a coordinator hears another group's
 // coordinator: the one with the smaller member id leads the merge.
+//
+// A heartbeat can come from anyone, so starting a merge holds nothing:
+// the other side's counter is not taken (installMerge numbers the merge
+// view above the counters of the views the other coordinators answer
+// with), our digest is captured only once every answer is in
+// (installMerge), a pending view change cancels a merge still waiting for
+// answers (tryViewChange). A stranger that heartbeats as another group's
+// coordinator and never answers neither suspends stability nor holds up
+// the group's view changes.
 func (g *GMS) mergeCandidate(other Peer, otherView digest.ViewID, now time.Duration) {
 	if g.merge != nil || g.hold != nil || g.coord.vc != nil || !g.self.Member.Less(other.Member) {
 		return
 	}
-	// The other side's counter is not taken here: a heartbeat can come
-	// from anyone. installMerge numbers the merge view above the counters
-	// of the views the other coordinators answer with.
 	ms := &mergeState{id: g.rng.Uint64() | 1, others: []Peer{other}, rsps: make(map[digest.Member]*msg),
 		deadline: now + g.cfg.MergeTimeout}
-	ms.capID, ms.own = g.proto.CaptureMergeDigest(now)
-	ms.captured = true
 	g.merge = ms
 	g.log.Info("gms: merge started", "self", g.self.Member, "with", other.Member)
 	r := &msg{typ: typeMergeReq, id: ms.id, view: g.view.ID}
@@ -59,7 +64,7 @@ func (g *GMS) mergeCandidate(other Peer, otherView digest.ViewID, now time.Durat
 	b, err := r.encode(g.cfg.Group, g.self.Member)
 	if err != nil {
 		g.log.Error("gms: encode merge request", "err", err)
-		g.cancelMerge(now)
+		g.cancelMerge("encode", now)
 		return
 	}
 	ms.reqMsg = b
@@ -96,7 +101,17 @@ func (g *GMS) onMergeReq(m *msg, now time.Duration) {
 		}
 		return
 	}
-	if g.merge != nil || g.hold != nil || g.coord.vc != nil || !m.sender.Less(g.self.Member) {
+	start := now
+	if h := g.hold; h != nil && h.leader.Member == m.sender && h.view.IsZero() {
+		// The leader leads one merge at a time: the one we hold for is
+		// over (its MERGE_DONE was lost). The new one continues the
+		// episode: its deadline and endHold count from the first
+		// request, so that a leader that keeps asking anew holds our
+		// capture for at most 2×MergeTimeout at a time.
+		start = h.start
+		g.endHold(h, now)
+	}
+	if g.merge != nil || g.hold != nil || g.coord.vc != nil || !m.sender.Less(g.self.Member) || now < g.mergeQuiet {
 		g.send(leader, &msg{typ: typeMergeRsp, kind: 1, id: m.id})
 		return
 	}
@@ -112,7 +127,7 @@ func (g *GMS) onMergeReq(m *msg, now time.Duration) {
 		g.proto.ReleaseCapture(capID, now)
 		return
 	}
-	g.hold = &mergeHold{id: m.id, leader: leader, capID: capID, deadline: now + 2*g.cfg.MergeTimeout, rsp: b}
+	g.hold = &mergeHold{id: m.id, leader: leader, capID: capID, start: start, deadline: start + 2*g.cfg.MergeTimeout, rsp: b}
 	g.sendRaw(leader, b)
 }
 
@@ -122,7 +137,7 @@ func (g *GMS) onMergeRsp(m *msg, now time.Duration) {
 		return
 	}
 	if m.kind == 1 || !m.has(secView) || !m.has(secDigest) || m.v.validate() != nil {
-		g.cancelMerge(now)
+		g.cancelMerge("refused by "+m.sender.String(), now)
 		return
 	}
 	ms.rsps[m.sender] = m
@@ -140,6 +155,8 @@ func (g *GMS) onMergeRsp(m *msg, now time.Duration) {
 // zero entry).
 func (g *GMS) installMerge(now time.Duration) {
 	ms := g.merge
+	ms.capID, ms.own = g.proto.CaptureMergeDigest(now)
+	ms.captured = true
 	members := []Peer{g.self}
 	counter := g.maxCounter
 	add := func(v View) {
@@ -187,7 +204,7 @@ func (g *GMS) installMerge(now time.Duration) {
 	d, err := md.Complete()
 	if err != nil || len(members) == 0 || members[0].Member != g.self.Member {
 		g.log.Error("gms: merge digest", "err", err)
-		g.cancelMerge(now)
+		g.cancelMerge("digest", now)
 		return
 	}
 	v := View{ID: digest.ViewID{Coord: g.self.Member, Counter: counter + 1}, Members: members}
@@ -196,7 +213,7 @@ func (g *GMS) installMerge(now time.Duration) {
 	b, err := vm.encode(g.cfg.Group, g.self.Member)
 	if err != nil {
 		g.log.Error("gms: encode merge view", "err", err)
-		g.cancelMerge(now)
+		g.cancelMerge("encode", now)
 		return
 	}
 	ms.installed, ms.view, ms.dig, ms.viewMsg = true, v, d, b
@@ -229,8 +246,8 @@ func (g *GMS) checkMerge(now time.Duration) {
 	g.endMerge(0, now)
 }
 
-func (g *GMS) cancelMerge(now time.Duration) {
-	g.log.Info("gms: merge cancelled", "self", g.self.Member)
+func (g *GMS) cancelMerge(why string, now time.Duration) {
+	g.log.Info("gms: merge cancelled", "self", g.self.Member, "why", why)
 	g.endMerge(1, now)
 }
 
@@ -282,23 +299,46 @@ func (g *GMS) abandonMerge(now time.Duration) {
 
 func (g *GMS) onMergeDone(m *msg, now time.Duration) {
 	if h := g.hold; h != nil && h.id == m.id && h.leader.Member == m.sender {
-		g.proto.ReleaseCapture(h.capID, now)
-		g.hold = nil
+		g.endHold(h, now)
 		g.tryViewChange(now)
+	}
+}
+
+// endHold releases our capture for a merge another coordinator leads.
+// A hold that lasted more than MergeTimeout without the merge view
+// (ended by the deadline, or cancelled late) starts a quiet period in
+// which merge requests are refused: MergeTimeout, doubled by each further
+// such hold up to 8×MergeTimeout, reset by a hold that saw its merge view.
+// A real leader sends its view, or cancels, within MergeTimeout of its
+// request (its own deadline); merge requests can come from anyone, and
+// without the quiet period a stranger that asks again as soon as a hold
+// ends would keep our capture (stability) and our view changes suspended
+// for good. With it, once the back-off is at its longest, at most a fifth
+// of the time (a hold of at most 2×MergeTimeout per 8×MergeTimeout of
+// quiet); the first rounds hold more.
+func (g *GMS) endHold(h *mergeHold, now time.Duration) {
+	g.proto.ReleaseCapture(h.capID, now)
+	g.hold = nil
+	switch {
+	case h.view != (digest.ViewID{}):
+		g.mergeBackoff = 0
+	case now-h.start > g.cfg.MergeTimeout:
+		g.mergeBackoff = min(max(2*g.mergeBackoff, g.cfg.MergeTimeout), 8*g.cfg.MergeTimeout)
+		g.mergeQuiet = now + g.mergeBackoff
 	}
 }
 
 func (g *GMS) tickMerge(now time.Duration) {
 	if h := g.hold; h != nil && now >= h.deadline {
-		g.proto.ReleaseCapture(h.capID, now)
-		g.hold = nil
+		g.endHold(h, now)
+		g.tryViewChange(now)
 	}
 	ms := g.merge
 	if ms == nil {
 		return
 	}
 	if now >= ms.deadline {
-		g.cancelMerge(now)
+		g.cancelMerge("timed out", now)
 		return
 	}
 	if !ms.installed && now >= ms.reqAt {
