@@ -87,6 +87,16 @@ type cutPender interface {
 	CutPending(sender digest.Member) bool
 }
 
+// cutConsumer is implemented by a Protocol that can report a departed
+// sender's stream consumed further than its window's delivered point
+// (NakackProtocol: a run the cut declared lost beyond the window's
+// capacity, reported to the application while the window, full of
+// messages the cut's stable point keeps, cannot take it). Consumed up to
+// the cut, the survivor's part is complete.
+type cutConsumer interface {
+	Consumed(sender digest.Member) uint64
+}
+
 // openWin is a departed sender whose window this member has not closed.
 // If no cut for it is under way with the current coordinator by nudgeAt
 // (the coordinator that excluded it died, and the one that took over never
@@ -483,6 +493,9 @@ func (g *GMS) checkMemberCut(sender digest.Member, mc *memberCut, now time.Durat
 		if r.From <= mc.cut {
 			complete = false
 		}
+	}
+	if cc, is := g.proto.(cutConsumer); ok && is && !complete && cc.Consumed(sender) >= mc.cut {
+		complete = true // all of it delivered or reported lost
 	}
 	if cp, ok := g.proto.(cutPender); ok && complete && cp.CutPending(sender) {
 		complete = false // Poll has yet to report the message the cut ends inside

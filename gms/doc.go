@@ -128,7 +128,11 @@
 // survivor has the protocol fetch the rest from its peers and report the
 // lost ranges, acknowledges once it holds and has delivered everything up
 // to the cut (and the protocol has reported lost a fragmented message the
-// cut ends inside: Protocol implementations with CutPending), and
+// cut ends inside: Protocol implementations with CutPending; or its
+// application has consumed the stream up to the cut although the window
+// has not: a run declared lost beyond the capacity of a window that the
+// cut's stable point keeps full, Protocol implementations with Consumed),
+// and
 // closes the window when the coordinator says every survivor has
 // acknowledged. Every member remembers the departed senders whose windows
 // it has not closed; a coordinator that took over resumes their cuts after

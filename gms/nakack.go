@@ -102,6 +102,13 @@ func (a *NakackProtocol) CompleteCut(sender digest.Member, cut uint64, lost []Ra
 // survivor does not acknowledge the cut before (cutPender).
 func (a *NakackProtocol) CutPending(sender digest.Member) bool { return a.P.CutPending(sender) }
 
+// Consumed reports how far the application has consumed sender's stream,
+// delivered or told lost (cutConsumer).
+func (a *NakackProtocol) Consumed(sender digest.Member) uint64 {
+	c, _ := a.P.Consumed(sender)
+	return c
+}
+
 // CloseWindow implements Protocol.
 func (a *NakackProtocol) CloseWindow(sender digest.Member, now time.Duration) {
 	_, _ = a.P.CloseWindow(sender)

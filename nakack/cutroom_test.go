@@ -43,3 +43,42 @@ func TestCutBeyondFullDepartedWindow(t *testing.T) {
 		require.False(t, c.p(m).CutPending(mC), "%v", m)
 	}
 }
+
+// TestCutBeyondFullWindowBelowStable: as TestCutBeyondFullDepartedWindow,
+// but the cut's stable point is 0 (a survivor was behind when the cut was
+// fixed), so PurgeCut makes no room: A and B's windows stay full of C's
+// delivered 1..8 and cannot take the declared run 9..20 beyond them. Poll
+// reports it all the same, once, as 9..20, and Consumed says 20: the cut is
+// complete here (gms acknowledges on it), and a window closed now is
+// remembered at 20. Before, nothing reported it and the cut never
+// completed (whole-group seed 8023).
+func TestCutBeyondFullWindowBelowStable(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.SendWindow, cfg.RecvWindow = 8, 8 }, mA, mB, mC)
+	c.deliver(c.send(mC, true, payloads("c", 1, 8)...), nil)
+	c.poll()
+	for _, upto := range []int{8, 16} {
+		_, err := c.p(mC).ForcePurge(mC, uint64(upto))
+		require.NoError(t, err)
+		c.send(mC, true, payloads("c", upto+1, min(upto+8, 20))...) // lost
+		c.poll()
+	}
+	c.crash(mC)
+	for _, m := range c.order {
+		c.applyCut(m, mC, 20, rangeU{9, 20})
+	}
+	c.run(c.now+time.Second, nil)
+	for _, m := range c.order {
+		require.Equal(t, span(1, 8), c.rec(m).seqs(mC), "%v", m)
+		require.Equal(t, []lostEvent{{mC, 9, 20}}, c.rec(m).lostOf(mC), "%v", m)
+		require.Equal(t, report{delivered: 8, received: 8}, c.report(m, mC), "%v: the window itself stays full", m)
+		consumed, ok := c.p(m).Consumed(mC)
+		require.True(t, ok)
+		require.Equal(t, uint64(20), consumed, "%v", m)
+		require.False(t, c.p(m).CutPending(mC), "%v", m)
+		_, err := c.p(m).CloseWindow(mC)
+		require.NoError(t, err)
+		at, closed := c.p(m).ClosedWindow(mC)
+		require.True(t, closed)
+		require.Equal(t, uint64(20), at, "%v", m)
+	}
+}

@@ -17,6 +17,10 @@ type reassembly struct {
 	active   bool
 	skipTo   uint64 // fragments up to here belong to a message reported lost
 	reported uint64 // highest seqno reported lost
+	// lostTo is the end of the last lost run reported (reportLost), which
+	// may lie beyond the window's delivered point (sender.consumed); 0
+	// after a rewind or a join.
+	lostTo uint64
 	// joinedAt is where a join digest started this window (0: not
 	// started by a join; seqnos start at 1). A message whose fragment 0
 	// is at or below it began before this member joined: it was never
@@ -63,11 +67,27 @@ func (s *sender) reported() uint64 {
 	return d
 }
 
+// consumed is where the application stands in s's stream: the reported
+// point (sender.reported), or the end of a lost run Poll reported beyond
+// the window's delivered point (a run
+// that reaches the window's capacity is reported at once up to the
+// sender's purge point; the window consumes the rest silently as purges
+// make room). A digest handed out with a state (CaptureDigest) and the
+// point a closed window is remembered at (CloseWindow) use it, so that
+// nothing the application was told is delivered or reported again.
+func (s *sender) consumed() uint64 {
+	if !s.own && !s.reasm.active && s.reasm.lostTo > s.delivered() {
+		return s.reasm.lostTo
+	}
+	return s.reported()
+}
+
 func (r *reassembly) reset() {
 	r.active = false
 	r.buf = r.buf[:0]
 	r.skipTo = 0
 	r.reported = 0
+	r.lostTo = 0
 	r.joinedAt = 0
 	r.orphan = 0
 }
@@ -153,6 +173,10 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 		if s.hasCut && !cutLostReady(s) {
 			return k, false
 		}
+		if p.lostBeyondFullCut(s, h) {
+			k++
+			continue
+		}
 		if r, ok := w.PeekLost(); ok {
 			to, ready := p.lostEnd(s, r)
 			if !ready {
@@ -173,6 +197,29 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 		return k, false
 	}
 	return k, true
+}
+
+// lostBeyondFullCut reports, once, the run departed sender s's cut
+// declared lost right after the window's capacity when the window has
+// delivered everything it can hold: nothing in the window leads to it (no
+// lost run reaches the capacity, lostEnd), and the window cannot take it
+// while the cut's stable point keeps its delivered messages (a survivor
+// that was behind when the cut was fixed: no STABILITY purges a departed
+// sender's window). The run is then consumed (Consumed covers it), and
+// the survivor completes the cut as one whose window could hold it.
+// Reports whether it reported.
+func (p *Protocol) lostBeyondFullCut(s *sender, h Handler) bool {
+	w := s.win
+	d := w.Delivered()
+	if !s.hasCut || d >= s.cut || d < w.Low()+uint64(s.cap) || s.reasm.lostTo > d {
+		return false
+	}
+	to := cutLostThrough(s, d+1)
+	if to <= d {
+		return false
+	}
+	p.reportLost(s, h, d+1, to)
+	return true
 }
 
 // lostEnd decides whether Poll may report the lost run r of s's window
@@ -462,6 +509,7 @@ func (p *Protocol) reportLost(s *sender, h Handler, from, to uint64) {
 		return
 	}
 	r.reported = to
+	r.lostTo = to
 	p.stats.LostRanges++
 	p.stats.LostMessages += to - from + 1
 	if p.cfg.OnLost != nil {

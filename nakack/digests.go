@@ -68,8 +68,8 @@ func (p *Protocol) WindowState(m digest.Member) (digest.Entry, bool) {
 func (p *Protocol) CaptureDigest(reason string, now time.Duration) (CaptureID, digest.Digest) {
 	es := p.appendDigest(nil)
 	for i := range es {
-		if s := p.senders[es[i].Member]; s != nil && !s.own && !s.reasm.active && s.reasm.reported > es[i].Delivered {
-			es[i].Delivered = s.reasm.reported
+		if s := p.senders[es[i].Member]; s != nil && s.consumed() > es[i].Delivered {
+			es[i].Delivered = s.consumed()
 			es[i].Received = max(es[i].Received, es[i].Delivered)
 		}
 	}
@@ -249,7 +249,7 @@ func (p *Protocol) resumeOrStart(m digest.Member, now time.Duration) {
 	}
 	p.forgetClosed(m)
 	s.floor = start
-	s.reasm.reported, s.reasm.skipTo = start, start
+	s.reasm.reported, s.reasm.skipTo, s.reasm.lostTo = start, start, 0
 	p.checkGaps(s, now)
 }
 
@@ -326,7 +326,7 @@ func (p *Protocol) mergeEntry(e digest.Entry, now time.Duration) {
 		// Nothing at or below the closed point is reported again: a
 		// fragmented message the cut ended inside was reported lost up to
 		// the cut; its fragments beyond it are reported from the cut+1.
-		s.reasm.reported, s.reasm.skipTo = resume, resume
+		s.reasm.reported, s.reasm.skipTo, s.reasm.lostTo = resume, resume, 0
 		if lost.To != 0 {
 			s.preLost = lost
 			p.markReady(s)
@@ -647,6 +647,19 @@ func (p *Protocol) skipDeclared(s *sender, to uint64) {
 	}
 }
 
+// Consumed returns where the application stands in m's stream (false: no
+// window): the window's delivered point, or the end of a lost run Poll
+// reported beyond it (sender.consumed). A departed sender's cut is
+// complete here once it reaches the cut, although the window may not:
+// its capacity stopped it below a run the cut declared lost.
+func (p *Protocol) Consumed(m digest.Member) (uint64, bool) {
+	s := p.senders[m]
+	if s == nil {
+		return 0, false
+	}
+	return s.consumed(), true
+}
+
 // CutPending reports whether Poll still has to report something of
 // departed sender m up to its cut although its delivered point reached the
 // cut: a fragmented message that the cut ends inside (lostAtCut). A
@@ -738,6 +751,9 @@ func (p *Protocol) DeclareLost(m digest.Member, from, to uint64, now time.Durati
 	n := s.window().MarkLost(from, to)
 	if s.state == departed {
 		s.cutLost = append(s.cutLost, wire.Range{From: from, To: to})
+		if d := s.win.Delivered(); s.hasCut && cutLostThrough(s, d+1) > d {
+			p.markReady(s) // right after a full window (lostBeyondFullCut)
+		}
 	}
 	if n > 0 {
 		s.advance()
@@ -761,7 +777,7 @@ func (p *Protocol) CloseWindow(m digest.Member) (int, error) {
 	if s.state != departed {
 		return 0, fmt.Errorf("close window %v: %w", m, ErrLive)
 	}
-	p.rememberClosed(m, s.delivered())
+	p.rememberClosed(m, max(s.delivered(), s.consumed()))
 	n := 0
 	if s.win != nil {
 		n = p.skipWin(s, s.win.Received()+1)

@@ -161,7 +161,15 @@
 // through the ranges its cut declared lost beyond it, and the window then
 // moves on past them (releasing only seqnos it does not hold and held
 // ones at or below the stable point), so a survivor whose window of that
-// sender is full still reaches the cut. Known limit: a survivor that
+// sender is full still reaches the cut. A run its cut declared lost right
+// after a window that is full of delivered messages the stable point
+// keeps (a survivor that was behind when the cut was fixed) is reported
+// all the same: the window cannot move, but the application has consumed
+// the stream up to the cut (Consumed), which completes the cut there. A
+// digest captured for a state transfer and the point a closed window is
+// remembered at count such runs, and runs reported at once beyond the
+// capacity, as consumed (nothing the application was told is delivered
+// or reported again). Known limit: a survivor that
 // received less of a departed sender than another by more than its
 // RecvWindow above the stable point, with seqnos beyond its window that
 // another survivor holds, cannot take them (it may not purge what it
