@@ -165,8 +165,11 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 		}
 		first, c := w.RemoveBatch(p.dscr[:lim])
 		if c > 0 {
+			// p.dscr is not cleared after use: its stale entries point at
+			// drefs, which are pooled (releaseRefs), so they pin no memory
+			// the free list does not; clearing cost 13 instructions a
+			// message sent (two deliveries).
 			p.deliverRun(s, h, bh, first, p.dscr[:c])
-			clear(p.dscr[:c])
 			k += c
 			continue
 		}

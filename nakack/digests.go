@@ -821,8 +821,7 @@ func (p *Protocol) skipTo(s *sender, target uint64) {
 	for w.Delivered() < target {
 		lim := int(min(uint64(len(p.dscr)), target-w.Delivered()))
 		if _, c := w.RemoveBatch(p.dscr[:lim]); c > 0 {
-			clear(p.dscr[:c])
-			continue
+			continue // p.dscr is scratch, not cleared (drain)
 		}
 		if r, ok := w.SkipLost(); ok {
 			if r.To > target { // consumed past target: cannot split a lost run
