@@ -1,6 +1,7 @@
 package nakack
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -127,4 +128,21 @@ func TestStabilityCarriesMinReceived(t *testing.T) {
 	}
 	// Low is the lowest Low reported: nobody had purged anything.
 	require.Equal(t, []digest.Entry{{Member: mB, Low: 0, Delivered: 3, Received: 6}}, got)
+}
+
+// TestSendLimitIgnoresAbsurdGroupLow: a STABILITY whose entry for our own
+// messages names a Low far beyond anything we sent (only the coordinator
+// can send one; a faulty or hostile one) must not wrap SendLimit's
+// groupLow+RecvWindow: the group's low is capped at what we sent, and
+// SendLimit stays at least what it was.
+func TestSendLimitIgnoresAbsurdGroupLow(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.SendWindow, cfg.RecvWindow = 64, 64 }, mA, mB, mC)
+	c.deliver(c.send(mB, true, payloads("b", 1, 6)...), nil)
+	c.poll()
+	p := c.p(mB)
+	before := p.SendLimit()
+	huge := uint64(math.MaxUint64 - 3)
+	applyStability(p, wire.EntrySlice([]digest.Entry{{Member: mB, Low: huge, Delivered: huge, Received: huge}}), c.now)
+	require.GreaterOrEqual(t, p.SendLimit(), before)
+	require.LessOrEqual(t, p.groupLow, p.nextSeq-1)
 }

@@ -415,7 +415,7 @@ func (p *Protocol) alignStable(now time.Duration) {
 // only on STABILITY.
 func (p *Protocol) SendLimit() uint64 {
 	lim := p.own.low() + uint64(p.cfg.SendWindow)
-	if p.hasView && len(p.view.Members) > 1 {
+	if p.hasView && len(p.view.Members) > 1 && p.groupLow <= math.MaxUint64-uint64(p.cfg.RecvWindow) {
 		lim = min(lim, p.groupLow+uint64(p.cfg.RecvWindow))
 	}
 	return lim
@@ -464,7 +464,10 @@ func applyStability[E wire.Entries](p *Protocol, d E, now time.Duration) {
 			// window starts at or above e.Low (a coordinator older than
 			// these fields' use wrote Delivered: a lower bound too).
 			p.groupRecv = max(p.groupRecv, min(e.Received, p.nextSeq-1))
-			p.groupLow = max(p.groupLow, min(e.Low, e.Delivered))
+			// Capped at what we sent: no member's window of ours can
+			// start beyond it, and SendLimit adds RecvWindow to it (a
+			// coordinator's absurd value must not wrap that sum).
+			p.groupLow = max(p.groupLow, min(e.Low, e.Delivered, p.nextSeq-1))
 			p.stablePoint = max(p.stablePoint, e.Delivered)
 			if e.Received < p.nextSeq-1 {
 				// A member has not read all our messages, perhaps the
