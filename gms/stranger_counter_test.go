@@ -15,17 +15,26 @@ import (
 // taken, so one datagram naming 2^64-1 once made that view 0, which every
 // other member refused as stale, and the group split for good.
 
+// joinedAt5 returns a loss-free fakeProto harness (seed 1) whose members
+// 5, 6 and 7 have joined, 5 founding and coordinating, and gone quiet: a
+// stranger's id can lie below the coordinator's (it would lead a merge)
+// or above it (we would).
+func joinedAt5(t *testing.T) (h *harness, a, b, c *node) {
+	h = newHarness(t, 1, sim.NetConfig{})
+	h.tweak = func(c *Config) { c.CreateGroup = c.ID == 5 }
+	a, b, c = h.add(5), h.add(6), h.add(7)
+	h.join(0, a)
+	h.join(60*time.Millisecond, b, c)
+	h.runUntil(func() bool { return converged(a, b, c) && quiet(a, b, c) }, 5*time.Second, "joined")
+	return h, a, b, c
+}
+
 // strangerCounterRun forms a group of three, has its coordinator receive
 // the datagram forge builds (from stranger x), lets the merge attempt it
 // may start time out, then admits a joiner. The joiner's view must be the
 // next one after the group's, seen by every member.
 func strangerCounterRun(t *testing.T, x digest.Member, forge func() *msg, wantErr bool) {
-	h := newHarness(t, 1, sim.NetConfig{})
-	h.tweak = func(c *Config) { c.CreateGroup = c.ID == 5 }
-	a, b, c := h.add(5), h.add(6), h.add(7)
-	h.join(0, a)
-	h.join(60*time.Millisecond, b, c)
-	h.runUntil(func() bool { return converged(a, b, c) && quiet(a, b, c) }, 5*time.Second, "joined")
+	h, a, b, c := joinedAt5(t)
 	before := a.g.View().ID.Counter
 	h.do(h.s.Now(), a, func(now time.Duration) {
 		d, err := forge().encode(7, x)
@@ -82,12 +91,7 @@ func TestStrangerMergeReqCounter(t *testing.T) {
 // change only when a member of that view sends it, with a counter in
 // bounds: a stranger's (or an absurd one) would number the group's views.
 func TestViewAckCounterOnlyFromTheView(t *testing.T) {
-	h := newHarness(t, 1, sim.NetConfig{})
-	h.tweak = func(c *Config) { c.CreateGroup = c.ID == 5 }
-	a, b, c := h.add(5), h.add(6), h.add(7)
-	h.join(0, a)
-	h.join(60*time.Millisecond, b, c)
-	h.runUntil(func() bool { return converged(a, b, c) && quiet(a, b, c) }, 5*time.Second, "joined")
+	h, a, b, c := joinedAt5(t)
 	// c's answers no longer reach a: the next view change waits for c.
 	require.NoError(t, h.s.Block(c.Member(), a.Member(), sim.BlockMulticast|sim.BlockUnicast))
 	j := h.add(8)

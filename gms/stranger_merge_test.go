@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
-	"github.com/nakcast/nakcast/sim"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,12 +19,7 @@ import (
 // It returns the fraction of samples in which the coordinator held a
 // capture and how long the joiner took to be admitted.
 func strangerMergeRun(t *testing.T, x digest.Member, forge func(k int) *msg, every, span, joinAt time.Duration) (held float64, admitted time.Duration) {
-	h := newHarness(t, 1, sim.NetConfig{})
-	h.tweak = func(c *Config) { c.CreateGroup = c.ID == 5 }
-	a, b, c := h.add(5), h.add(6), h.add(7)
-	h.join(0, a)
-	h.join(60*time.Millisecond, b, c)
-	h.runUntil(func() bool { return converged(a, b, c) && quiet(a, b, c) }, 5*time.Second, "joined")
+	h, a, b, c := joinedAt5(t)
 	t0 := h.s.Now()
 	for k := 0; time.Duration(k)*every < span; k++ {
 		h.do(t0+time.Duration(k)*every, a, func(now time.Duration) {

@@ -19,16 +19,7 @@ import (
 // Before, the marks stopped at the window's capacity and the window stayed
 // short of the cut: the cut never completed.
 func TestCutBeyondFullDepartedWindow(t *testing.T) {
-	c := newCluster(t, func(cfg *Config) { cfg.SendWindow, cfg.RecvWindow = 8, 8 }, mA, mB, mC)
-	c.deliver(c.send(mC, true, payloads("c", 1, 8)...), nil)
-	c.poll()
-	for _, upto := range []int{8, 16} { // C's own window and send limit allow 8 at a time
-		_, err := c.p(mC).ForcePurge(mC, uint64(upto))
-		require.NoError(t, err)
-		c.send(mC, true, payloads("c", upto+1, min(upto+8, 20))...) // lost
-		c.poll()
-	}
-	c.crash(mC)
+	c := fullWindowsThenCrash(t)
 	for _, m := range c.order {
 		require.Equal(t, report{delivered: 8, received: 8}, c.report(m, mC))
 		c.applyCut(m, mC, 20, rangeU{9, 20})
@@ -53,16 +44,7 @@ func TestCutBeyondFullDepartedWindow(t *testing.T) {
 // remembered at 20. Before, nothing reported it and the cut never
 // completed (whole-group seed 8023).
 func TestCutBeyondFullWindowBelowStable(t *testing.T) {
-	c := newCluster(t, func(cfg *Config) { cfg.SendWindow, cfg.RecvWindow = 8, 8 }, mA, mB, mC)
-	c.deliver(c.send(mC, true, payloads("c", 1, 8)...), nil)
-	c.poll()
-	for _, upto := range []int{8, 16} {
-		_, err := c.p(mC).ForcePurge(mC, uint64(upto))
-		require.NoError(t, err)
-		c.send(mC, true, payloads("c", upto+1, min(upto+8, 20))...) // lost
-		c.poll()
-	}
-	c.crash(mC)
+	c := fullWindowsThenCrash(t)
 	for _, m := range c.order {
 		c.applyCut(m, mC, 20, rangeU{9, 20})
 	}
@@ -81,4 +63,21 @@ func TestCutBeyondFullWindowBelowStable(t *testing.T) {
 		require.True(t, closed)
 		require.Equal(t, uint64(20), at, "%v", m)
 	}
+}
+
+// fullWindowsThenCrash: windows of 8; A and B deliver C's 1..8, which
+// fill their windows (no STABILITY purges them); C, its own window
+// force-purged, sends 9..20, none of which arrives, and crashes.
+func fullWindowsThenCrash(t *testing.T) *cluster {
+	c := newCluster(t, func(cfg *Config) { cfg.SendWindow, cfg.RecvWindow = 8, 8 }, mA, mB, mC)
+	c.deliver(c.send(mC, true, payloads("c", 1, 8)...), nil)
+	c.poll()
+	for _, upto := range []int{8, 16} { // C's own window and send limit allow 8 at a time
+		_, err := c.p(mC).ForcePurge(mC, uint64(upto))
+		require.NoError(t, err)
+		c.send(mC, true, payloads("c", upto+1, min(upto+8, 20))...) // lost
+		c.poll()
+	}
+	c.crash(mC)
+	return c
 }

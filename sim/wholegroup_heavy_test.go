@@ -1,13 +1,11 @@
 package sim_test
 
 import (
-	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/nakcast/nakcast/sim"
-	"github.com/nakcast/nakcast/sim/members"
 )
 
 // newWGHeavyScenario draws seed's heavy whole-group scenario: like
@@ -25,15 +23,7 @@ func newWGHeavyScenario(seed uint64) wgScenario {
 		Reorder: r.Float64() * 0.3, Jitter: time.Duration(r.Int64N(int64(2 * time.Millisecond)))}
 	sc.window = 32 << r.IntN(3)
 	sc.unicastNaks = r.IntN(5) == 0
-	for _, id := range r.Perm(sc.members)[:2+r.IntN(2)] {
-		maxSize := 8 + r.IntN(1000)
-		if r.IntN(2) == 0 {
-			maxSize = 8 + r.IntN(12000)
-		}
-		sc.senders = append(sc.senders, uint64(id+1))
-		sc.traffic = append(sc.traffic, members.Traffic{Count: 100 + r.IntN(301), MinSize: 8, MaxSize: maxSize,
-			Interval: time.Duration(1+r.IntN(5)) * time.Millisecond, Stop: sc.chaos})
-	}
+	drawSenders(r, &sc, 2, 12000)
 	drawFaults(r, &sc, 1+r.IntN(5))
 	return sc
 }
@@ -65,36 +55,9 @@ func newWGHeavyScenario(seed uint64) wgScenario {
 // now raises a fixed cut's stable point as the survivors deliver.
 var wgHeavyRegressions = []uint64{1167, 1622, 3220, 8023}
 
-func wgHeavyReplay(seed uint64) string {
-	return fmt.Sprintf("go test ./sim/ -run 'TestWholeGroupHeavy$' -sim.seed=%d -v", seed)
-}
-
 // TestWholeGroupHeavy runs sim.WholeGroupSeeds() heavy whole-group
 // scenarios and the regression seeds, checked like
 // TestWholeGroupRandomised's.
 func TestWholeGroupHeavy(t *testing.T) {
-	if seed := sim.ReplaySeed(); seed >= 0 {
-		sc := newWGHeavyScenario(uint64(seed))
-		t.Log(sc)
-		if _, err := runWGScenario(sc); err != nil {
-			t.Fatalf("%v\nreplay: %s", err, wgHeavyReplay(sc.seed))
-		}
-		return
-	}
-	n, from := sim.WholeGroupSeeds(), sim.SeedFrom()
-	seeds := append([]uint64(nil), wgHeavyRegressions...)
-	for seed := from; seed < from+n; seed++ {
-		seeds = append(seeds, uint64(seed))
-	}
-	failures := 0
-	for _, seed := range seeds {
-		sc := newWGHeavyScenario(seed)
-		if _, err := runWGScenario(sc); err != nil {
-			failures++
-			t.Errorf("%v\n%v\nreplay: %s", sc, err, wgHeavyReplay(sc.seed))
-			if failures >= 3 {
-				t.Fatalf("stopping after %d failures", failures)
-			}
-		}
-	}
+	runWGSuite(t, newWGHeavyScenario, wgHeavyRegressions)
 }

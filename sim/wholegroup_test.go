@@ -112,17 +112,24 @@ func newWGScenario(seed uint64) wgScenario {
 		sc.window = 64 << r.IntN(2)
 	}
 	sc.unicastNaks = r.IntN(5) == 0
+	drawSenders(r, &sc, 4, 20000)
+	drawFaults(r, &sc, 1+r.IntN(4))
+	return sc
+}
+
+// drawSenders draws sc's 2-3 senders among its founders, each sending
+// 100-400 messages of up to 1000 bytes, or in one sender out of bigOneIn
+// up to bigMax bytes (fragmented), every 1-5ms during the chaos.
+func drawSenders(r *rand.Rand, sc *wgScenario, bigOneIn, bigMax int) {
 	for _, id := range r.Perm(sc.members)[:2+r.IntN(2)] {
 		maxSize := 8 + r.IntN(1000)
-		if r.IntN(4) == 0 {
-			maxSize = 8 + r.IntN(20000)
+		if r.IntN(bigOneIn) == 0 {
+			maxSize = 8 + r.IntN(bigMax)
 		}
 		sc.senders = append(sc.senders, uint64(id+1))
 		sc.traffic = append(sc.traffic, members.Traffic{Count: 100 + r.IntN(301), MinSize: 8, MaxSize: maxSize,
 			Interval: time.Duration(1+r.IntN(5)) * time.Millisecond, Stop: sc.chaos})
 	}
-	drawFaults(r, &sc, 1+r.IntN(4))
-	return sc
 }
 
 // drawFaults draws count faults into sc from r (fewer when a crash, leave
@@ -423,8 +430,10 @@ func checkClean(c *members.Cluster) error {
 // two past it.
 var wgRegressions = []uint64{5721, 6629, 15270, 17412, 17498, 24390, 35973, 40131, 45392, 47912, 66757, 66832, 75967, 84385, 91139, 93649, 98119, 106236}
 
-func wgReplay(seed uint64) string {
-	return fmt.Sprintf("go test ./sim/ -run 'TestWholeGroupRandomised$' -sim.seed=%d -v", seed)
+// wgReplay is the command that replays seed of the randomised test
+// named test.
+func wgReplay(test string, seed uint64) string {
+	return fmt.Sprintf("go test ./sim/ -run '%s$' -sim.seed=%d -v", test, seed)
 }
 
 // TestWholeGroupRandomised runs sim.WholeGroupSeeds() randomised
@@ -433,24 +442,33 @@ func wgReplay(seed uint64) string {
 // traffic) and checks each with the members package's checks. A failure
 // names its seed and the command that replays it.
 func TestWholeGroupRandomised(t *testing.T) {
+	runWGSuite(t, newWGScenario, wgRegressions)
+}
+
+// runWGSuite runs the scenarios gen draws: the one -sim.seed names
+// (replay), or the regression seeds and sim.WholeGroupSeeds() seeds from
+// -sim.seedfrom in four parallel shards, each stopping after three
+// failures.
+func runWGSuite(t *testing.T, gen func(uint64) wgScenario, regressions []uint64) {
+	test := t.Name()
 	if seed := sim.ReplaySeed(); seed >= 0 {
-		sc := newWGScenario(uint64(seed))
+		sc := gen(uint64(seed))
 		t.Log(sc)
 		if _, err := runWGScenario(sc); err != nil {
-			t.Fatalf("%v\nreplay: %s", err, wgReplay(sc.seed))
+			t.Fatalf("%v\nreplay: %s", err, wgReplay(test, sc.seed))
 		}
 		return
 	}
 	n, from := sim.WholeGroupSeeds(), sim.SeedFrom()
 	t.Run("regressions", func(t *testing.T) {
 		t.Parallel()
-		for _, seed := range wgRegressions {
+		for _, seed := range regressions {
 			if seed >= uint64(from) && seed < uint64(from+n) {
 				continue // run by a shard
 			}
-			sc := newWGScenario(seed)
+			sc := gen(seed)
 			if _, err := runWGScenario(sc); err != nil {
-				t.Errorf("%v\n%v\nreplay: %s", sc, err, wgReplay(sc.seed))
+				t.Errorf("%v\n%v\nreplay: %s", sc, err, wgReplay(test, sc.seed))
 			}
 		}
 	})
@@ -460,10 +478,10 @@ func TestWholeGroupRandomised(t *testing.T) {
 			t.Parallel()
 			failures := 0
 			for seed := from + sh; seed < from+n; seed += shards {
-				sc := newWGScenario(uint64(seed))
+				sc := gen(uint64(seed))
 				if _, err := runWGScenario(sc); err != nil {
 					failures++
-					t.Errorf("%v\n%v\nreplay: %s", sc, err, wgReplay(sc.seed))
+					t.Errorf("%v\n%v\nreplay: %s", sc, err, wgReplay(test, sc.seed))
 					if failures >= 3 {
 						t.Fatalf("stopping this shard after %d failures", failures)
 					}
