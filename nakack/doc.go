@@ -189,11 +189,14 @@
 // follows it (a later MSG_NOT_FOUND of a sender that purged more). One
 // exception: a run that reaches the window's capacity is reported at once
 // up to the purge point known then (nothing beyond the capacity can be
-// held to find where it ends), so if the sender purges further in steps
-// (ForcePurge, the operator's tool, twice while we ask) the member that
-// learned the first point reports [17,32] then [33,48] where one that
-// learned only the second reports [17,48]: the same seqnos, in two
-// events. The
+// held to find where it ends), so if the sender's purge point becomes
+// known in steps (ForcePurge twice while we ask; a partition that heals
+// and splits again, each merge digest or MSG_NOT_FOUND naming a later
+// point) the member that learned the first point reports [17,32] then
+// [33,48] where one that learned only the second reports [17,48]: the
+// same seqnos, each once, in two events (heavy whole-group seeds 2151,
+// 11088, 12165, 16224 show it; sim's checkBoundaries still asserts the
+// promise, so they fail it). The
 // run takes in every fragmented message it makes undeliverable, with the
 // fragments of it this member holds, and the lost runs right after such
 // a message (lostChain): a member that holds a fragment of a lost message
