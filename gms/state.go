@@ -291,6 +291,9 @@ func (g *GMS) stateDeadlines(at func(time.Duration)) {
 			at(x.resendAt)
 		}
 	}
+	if len(g.prov) == 0 {
+		return // no iterator for an empty map (cutDeadlines)
+	}
 	for _, p := range g.prov {
 		at(p.deadline)
 		at(p.resendAt)
