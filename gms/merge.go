@@ -320,7 +320,7 @@ func (g *GMS) endHold(h *mergeHold, now time.Duration) {
 	g.proto.ReleaseCapture(h.capID, now)
 	g.hold = nil
 	switch {
-	case h.view != (digest.ViewID{}):
+	case !h.view.IsZero():
 		g.mergeBackoff = 0
 	case now-h.start > g.cfg.MergeTimeout:
 		g.mergeBackoff = min(max(2*g.mergeBackoff, g.cfg.MergeTimeout), 8*g.cfg.MergeTimeout)

@@ -69,12 +69,13 @@ func (s *sender) reported() uint64 {
 
 // consumed is where the application stands in s's stream: the reported
 // point (sender.reported), or the end of a lost run Poll reported beyond
-// the window's delivered point (a run
-// that reaches the window's capacity is reported at once up to the
-// sender's purge point; the window consumes the rest silently as purges
-// make room). A digest handed out with a state (CaptureDigest) and the
-// point a closed window is remembered at (CloseWindow) use it, so that
-// nothing the application was told is delivered or reported again.
+// the window's delivered point (a run that reaches the window's capacity
+// is reported at once up to the sender's purge point, and the window
+// consumes the rest silently as purges make room; lostBeyondFullCut). A
+// digest handed out with a state (CaptureDigest), the point a closed
+// window is remembered at (CloseWindow) and a cut's completion (Consumed)
+// use it, so that nothing the application was told is delivered or
+// reported again.
 func (s *sender) consumed() uint64 {
 	if !s.own && !s.reasm.active && s.reasm.lostTo > s.delivered() {
 		return s.reasm.lostTo
@@ -228,7 +229,7 @@ func (p *Protocol) lostBeyondFullCut(s *sender, h Handler) bool {
 // lostEnd decides whether Poll may report the lost run r of s's window
 // now, and up to where, so that a run is one event whatever the member's
 // window and whenever its pieces became known (two members that lose the
-// same seqnos report the same ranges, but for a sender that purges in
+// same seqnos report the same ranges, but for a purge point learnt in
 // steps while a run reaches the capacity: doc.go):
 //   - a run that reaches the window's capacity goes on up to lostTo (the
 //     holder's purge point a MSG_NOT_FOUND or merge gave, marked as purges
