@@ -87,15 +87,15 @@ type GMS struct {
 	// (takeOverFromLeavers); a leaver whose every other member is leaving
 	// ends its leave (leaveWithTheRest).
 	leavers map[digest.Member]leaveMark
-	merge   *mergeState // as merge leader
-	hold    *mergeHold  // as another coordinator of a merge
+	merge   *mergeState          // as merge leader
+	hold    *mergeHold           // as another coordinator of a merge
+	xfer    *xferReq             // as state requester
+	prov    map[uint64]*xferProv // as state provider
+	done    xferDone             // last completed transfer, to re-acknowledge
+	lag     laggards             // slow members (laggard.go)
 	// mergeQuiet: no merge request is answered before it; mergeBackoff
 	// is the last quiet period (endHold).
 	mergeQuiet, mergeBackoff time.Duration
-	xfer                     *xferReq             // as state requester
-	prov                     map[uint64]*xferProv // as state provider
-	done                     xferDone             // last completed transfer, to re-acknowledge
-	lag                      laggards             // slow members (laggard.go)
 
 	// hist: the last views this member installed (at most maxViewHist),
 	// oldest first; viewAt: when the current one was (memberBehind).

@@ -41,8 +41,7 @@ func TestCutBeyondFullDepartedWindow(t *testing.T) {
 // delivered 1..8 and cannot take the declared run 9..20 beyond them. Poll
 // reports it all the same, once, as 9..20, and Consumed says 20: the cut is
 // complete here (gms acknowledges on it), and a window closed now is
-// remembered at 20. Before, nothing reported it and the cut never
-// completed (whole-group seed 8023).
+// remembered at 20 (the case of whole-group heavy seed 8023).
 func TestCutBeyondFullWindowBelowStable(t *testing.T) {
 	c := fullWindowsThenCrash(t)
 	for _, m := range c.order {

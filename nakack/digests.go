@@ -68,9 +68,9 @@ func (p *Protocol) WindowState(m digest.Member) (digest.Entry, bool) {
 func (p *Protocol) CaptureDigest(reason string, now time.Duration) (CaptureID, digest.Digest) {
 	es := p.appendDigest(nil)
 	for i := range es {
-		if s := p.senders[es[i].Member]; s != nil && s.consumed() > es[i].Delivered {
-			es[i].Delivered = s.consumed()
-			es[i].Received = max(es[i].Received, es[i].Delivered)
+		if s := p.senders[es[i].Member]; s != nil {
+			c := s.consumed() // at least the reported point appendDigest gave
+			es[i].Delivered, es[i].Received = c, max(es[i].Received, c)
 		}
 	}
 	d := digest.New(es)
@@ -777,6 +777,8 @@ func (p *Protocol) CloseWindow(m digest.Member) (int, error) {
 	if s.state != departed {
 		return 0, fmt.Errorf("close window %v: %w", m, ErrLive)
 	}
+	// The window's own point (it may lie inside a message never
+	// delivered) or, beyond it, the end of a lost run already reported.
 	p.rememberClosed(m, max(s.delivered(), s.consumed()))
 	n := 0
 	if s.win != nil {
