@@ -234,7 +234,14 @@
 // it has such a window open; the provider releases its capture on that acknowledgement. A
 // requester that does not complete within Config.StateTimeout aborts and
 // retries another member; the provider holds its capture for twice that, so
-// nothing the requester may still install is ever purged under it.
+// nothing the requester may still install is ever purged under it. A
+// member never serves and fetches at once: it does not answer while it
+// fetches a state of its own (that state would replace the one it served),
+// and a RequestState while it serves starts fetching once those transfers
+// have ended (acknowledged, refused or past their deadline), so a
+// provider's state goes on from the one it served until its requesters
+// have installed it. Of two members asking each other, the lower one
+// abandons its attempt, serves, and asks again once that has ended.
 //
 // # Slow members
 //

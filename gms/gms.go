@@ -33,7 +33,7 @@ type Stats struct {
 	CutReqsEarly     uint64 // cut requests ignored: the sender was still in this member's view (survivor)
 	ViewsResent      uint64 // views resent to a member whose heartbeat named an older view of ours (coordinator)
 	BehindExcluded   uint64 // members excluded because no view could bring them forward (coordinator, memberBehind)
-	StateDeferred    uint64 // state requests left unanswered while a departed sender's window was open (provider)
+	StateDeferred    uint64 // state requests left unanswered while a departed sender's window was open or this member fetched a state (provider)
 	StateRetried     uint64 // complete transfers refetched because digest and view (or open windows) did not match (requester)
 	Merges           uint64 // merge views installed by this member as leader
 	MergeLeftOut     uint64 // members left out of a merge view (no digest entry)

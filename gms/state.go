@@ -19,6 +19,11 @@ type xferReq struct {
 	dig      digest.Digest
 	started  bool // first chunk (with the digest) received
 	resendAt time.Duration
+	// queued: requested while this member was serving a state (or it
+	// yielded to a member asking it back); the fetch starts once every
+	// transfer it serves has ended (onStateReq). id and provider are zero
+	// meanwhile.
+	queued bool
 }
 
 // xferDone remembers the last completed transfer, to re-acknowledge it.
@@ -44,7 +49,8 @@ type xferProv struct {
 // RequestState fetches the application state from another member (the
 // coordinator first) and installs it with the digest captured at the same
 // point (Protocol.OverwriteDigest, seed 003). The outcome is reported by
-// Listener.StateInstalled.
+// Listener.StateInstalled. A member serving a state fetches its own once
+// those transfers have ended (onStateReq).
 func (g *GMS) RequestState(now time.Duration) error {
 	if g.status != StatusMember {
 		return ErrNotMember
@@ -55,9 +61,20 @@ func (g *GMS) RequestState(now time.Duration) error {
 	if g.xfer != nil {
 		return ErrBusy
 	}
-	g.xfer = &xferReq{}
-	g.startXfer(now)
+	g.xfer = &xferReq{queued: len(g.prov) > 0}
+	if !g.xfer.queued {
+		g.startXfer(now)
+	}
 	return nil
+}
+
+// startQueued starts a fetch that waited for the transfers this member
+// served to end.
+func (g *GMS) startQueued(now time.Duration) {
+	if x := g.xfer; x != nil && x.queued && len(g.prov) == 0 {
+		x.queued = false
+		g.startXfer(now)
+	}
 }
 
 func (g *GMS) startXfer(now time.Duration) {
@@ -198,6 +215,25 @@ func (g *GMS) onStateReq(m *msg, now time.Duration) {
 		g.stats.StateDeferred++
 		return
 	}
+	if x := g.xfer; x != nil {
+		// This member is fetching a state of its own (or waits to): the
+		// one it would serve is about to be replaced, and the requester
+		// would install a state no member goes on from. Not answered:
+		// the requester asks again, and is served once the fetch ended.
+		// Likewise a member serving a state fetches its own only once
+		// those transfers ended (RequestState), so a provider's state
+		// is the one it captured until its requesters installed it or
+		// gave up (their deadline comes before its capture's).
+		if x.queued || x.started || m.sender != x.provider.Member || !g.self.Member.Less(m.sender) {
+			g.stats.StateDeferred++
+			return
+		}
+		// Two members asking each other would each wait for the other
+		// until their deadlines: the lower one abandons its attempt,
+		// serves, and asks again once that transfer has ended.
+		g.send(x.provider, &msg{typ: typeStateDone, kind: 1, id: x.id})
+		x.queued, x.id, x.provider = true, 0, Peer{} // nothing of that attempt is taken now
+	}
 	state, err := g.cfg.App.State()
 	if err != nil {
 		g.log.Error("gms: State", "err", err)
@@ -249,6 +285,7 @@ func (g *GMS) onStateDone(m *msg, now time.Duration) {
 		if m.kind == 0 {
 			g.stats.StateServed++
 		}
+		g.startQueued(now)
 		return
 	}
 	// A provider refused (kind 1): try the next one.
@@ -259,14 +296,18 @@ func (g *GMS) onStateDone(m *msg, now time.Duration) {
 }
 
 func (g *GMS) tickState(now time.Duration) {
-	if x := g.xfer; x != nil && now >= x.deadline {
+	// A queued fetch has no provider nor deadline yet: it waits for the
+	// transfers served below to end (startQueued).
+	switch x := g.xfer; {
+	case x == nil || x.queued:
+	case now >= x.deadline:
 		// Abort, never complete late: the provider's capture may be gone.
 		g.stats.StateAborted++
 		g.send(x.provider, &msg{typ: typeStateDone, kind: 1, id: x.id})
 		x.tried = append(x.tried, x.provider.Member)
 		g.log.Warn("gms: state transfer timed out", "provider", x.provider.Member)
 		g.startXfer(now)
-	} else if x != nil && !x.started && now >= x.resendAt {
+	case !x.started && now >= x.resendAt:
 		g.sendStateReq(now)
 	}
 	for _, id := range sortedIDs(g.prov) {
@@ -282,10 +323,11 @@ func (g *GMS) tickState(now time.Duration) {
 			g.pumpState(p)
 		}
 	}
+	g.startQueued(now)
 }
 
 func (g *GMS) stateDeadlines(at func(time.Duration)) {
-	if x := g.xfer; x != nil {
+	if x := g.xfer; x != nil && !x.queued {
 		at(x.deadline)
 		if !x.started {
 			at(x.resendAt)

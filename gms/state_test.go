@@ -125,3 +125,90 @@ func TestStateProviderCrash(t *testing.T) {
 		})
 	}
 }
+
+// TestStateRequestWhileServing (heavy whole-group seed 29607): A serves B
+// a state, and asks B for one before B has installed A's; B, fetching its
+// own, does not serve A until it has installed A's, and A fetches only
+// once its transfer to B has ended. Both end with one application state
+// (A's, B's own since its join being partial), where A used to install
+// the state B had before B replaced it with A's: the two swapped states.
+func TestStateRequestWhileServing(t *testing.T) {
+	for seed := range uint64(seeds(20, 4)) {
+		h := newNakHarness(t, seed, lossyNet(seed, 0.1))
+		h.tweak = func(c *Config) { c.StateChunk = 8; c.StateWindow = 1 }
+		a, b := h.add(1), h.add(2)
+		all := []*node{a, b}
+		h.join(0, a)
+		stop := 1200 * time.Millisecond
+		h.traffic(a, 50*time.Millisecond, stop, 2*time.Millisecond)
+		h.traffic(b, 50*time.Millisecond, stop, 3*time.Millisecond)
+		h.join(300*time.Millisecond, b) // b's state of a starts at its join
+		h.runUntil(func() bool { return converged(all...) }, 5*time.Second, "joined")
+		asked := false
+		h.s.AddTap(func(ev sim.TapEvent) { // a asks as soon as it streams b's state
+			if asked || ev.Kind != sim.TapSend || ev.From != a.Member() || len(ev.Data) < 3 || !IsMembership(wire.Type(ev.Data[2])) {
+				return
+			}
+			if m, err := decode(ev.Data, 7); err == nil && m.typ == typeStateChunk {
+				asked = true
+				h.do(ev.At, a, func(now time.Duration) {
+					require.NotEmpty(t, a.g.prov)
+					require.NoError(t, a.g.RequestState(now))
+				})
+			}
+		})
+		h.do(h.s.Now()+50*time.Millisecond, b, func(now time.Duration) { require.NoError(t, b.g.RequestState(now)) })
+		h.runUntil(func() bool { return len(a.states) > 0 && len(b.states) > 0 }, h.s.Now()+20*time.Second, "states installed")
+		require.NoError(t, b.states[0], "seed %d", seed)
+		require.NoError(t, a.states[0], "seed %d", seed)
+		require.Equal(t, a.self(), b.g.done.provider.Member)
+		require.Equal(t, b.self(), a.g.done.provider.Member)
+		h.run(max(h.s.Now(), stop+100*time.Millisecond))
+		h.s.SetNet(sim.NetConfig{})
+		h.runUntil(func() bool { return allDelivered(all...) && quiet(all...) }, h.s.Now()+20*time.Second, "delivered")
+		sa, _ := a.app.State()
+		sb, _ := b.app.State()
+		require.Equal(t, sa, sb, "seed %d: a's and b's application states differ", seed)
+		h.noNotFound()
+		h.noErrors()
+		if t.Failed() {
+			return
+		}
+	}
+}
+
+// TestStateRequestsCrossing: two members ask each other for the state at
+// once. Neither serves while it fetches, so the lower one yields: it
+// abandons its attempt, serves the other, and then fetches that one's
+// state. Both succeed, well within StateTimeout, with one application
+// state.
+func TestStateRequestsCrossing(t *testing.T) {
+	for seed := range uint64(seeds(20, 4)) {
+		h := newNakHarness(t, seed, lossyNet(seed, 0.1))
+		a, b := h.add(1), h.add(2)
+		all := []*node{a, b}
+		h.join(0, a)
+		stop := 1200 * time.Millisecond
+		h.traffic(a, 50*time.Millisecond, stop, 2*time.Millisecond)
+		h.traffic(b, 50*time.Millisecond, stop, 3*time.Millisecond)
+		h.join(300*time.Millisecond, b)
+		h.runUntil(func() bool { return converged(all...) }, 5*time.Second, "joined")
+		at := h.s.Now() + 50*time.Millisecond
+		h.do(at, a, func(now time.Duration) { require.NoError(t, a.g.RequestState(now)) })
+		h.do(at, b, func(now time.Duration) { require.NoError(t, b.g.RequestState(now)) })
+		h.runUntil(func() bool { return len(a.states) > 0 && len(b.states) > 0 }, at+time.Second, "states installed")
+		require.NoError(t, a.states[0], "seed %d", seed)
+		require.NoError(t, b.states[0], "seed %d", seed)
+		h.run(max(h.s.Now(), stop+100*time.Millisecond))
+		h.s.SetNet(sim.NetConfig{})
+		h.runUntil(func() bool { return allDelivered(all...) && quiet(all...) }, h.s.Now()+20*time.Second, "delivered")
+		sa, _ := a.app.State()
+		sb, _ := b.app.State()
+		require.Equal(t, sa, sb, "seed %d: a's and b's application states differ", seed)
+		h.noNotFound()
+		h.noErrors()
+		if t.Failed() {
+			return
+		}
+	}
+}

@@ -51,9 +51,19 @@ func newWGHeavyScenario(seed uint64) wgScenario {
 // 1's cut (1); it then delivered up to its window's capacity (33), and the
 // rest up to the cut (34..64, declared lost) lay beyond it. A departed
 // sender's window gets no STABILITY and the cut's stable point stayed 1:
-// the window never made room, the cut never completed. The coordinator
-// now raises a fixed cut's stable point as the survivors deliver.
-var wgHeavyRegressions = []uint64{1167, 1622, 3220, 8023}
+// the window never made room, the cut never completed. A survivor whose
+// window is full of delivered messages below the cut's stable point now
+// reports the run the cut declared lost beyond it, and completes the cut
+// once its application has consumed the stream up to it (Consumed).
+//
+// 29607: node 3 (3.1) asked rejoined node 2 (2.2) for the state; 2.2
+// captured its own (node 3's stream from its join, at 260) and, while
+// streaming it, asked 3.1 for one; 3.1, its own transfer under way,
+// served its full state, 2.2 installed it, then 3.1 installed 2.2's older
+// one: the two swapped states. gms now serves no state while fetching
+// one and fetches only once the transfers it serves have ended
+// (TestStateRequestWhileServing in gms/).
+var wgHeavyRegressions = []uint64{1167, 1622, 3220, 8023, 29607}
 
 // TestWholeGroupHeavy runs sim.WholeGroupSeeds() heavy whole-group
 // scenarios and the regression seeds, checked like
