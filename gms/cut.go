@@ -76,6 +76,11 @@ type memberCut struct {
 	lost     []Range // declared lost with the cut (kept to report them again)
 	acked    bool
 	resendAt time.Duration
+	// progress, progressAt: the delivered point this member last sent
+	// the coordinator while its window was blocked (reportCutProgress),
+	// and when it may send the same point again.
+	progress   uint64
+	progressAt time.Duration
 }
 
 // cutPender is implemented by a Protocol whose window may reach the cut
@@ -95,6 +100,16 @@ type cutPender interface {
 // the cut, the survivor's part is complete.
 type cutConsumer interface {
 	Consumed(sender digest.Member) uint64
+}
+
+// cutBlocker is implemented by a Protocol whose departed sender's window
+// can stop short of the cut for want of room (NakackProtocol: received at
+// the window's capacity, its low held by the cut's stable point). Such a
+// survivor reports how far it delivered to the coordinator, which raises
+// the stable point once every survivor delivered past it
+// (reportCutProgress, raiseCutStable).
+type cutBlocker interface {
+	CutBlocked(sender digest.Member) bool
 }
 
 // openWin is a departed sender whose window this member has not closed.
@@ -266,6 +281,9 @@ func (g *GMS) onCutReport(m *msg, now time.Duration) {
 		return
 	}
 	if ok && c.fixed && !c.acks[m.sender] {
+		if m.c == 1 && g.onCutProgress(m.sender, m.member, m.a, now) {
+			return // the fix, with its stable point raised, was multicast
+		}
 		if p, in := g.view.Peer(m.sender); in && m.sender != g.self.Member {
 			g.send(p, cutFix(c, g.view.ID))
 		}
@@ -501,11 +519,97 @@ func (g *GMS) checkMemberCut(sender digest.Member, mc *memberCut, now time.Durat
 		complete = false // Poll has yet to report the message the cut ends inside
 	}
 	if !complete {
+		g.reportCutProgress(sender, mc, now)
 		return
 	}
 	mc.acked = true
 	mc.resendAt = now + 2*g.cfg.ViewAckTimeout
 	g.ackCut(mc.coord, sender, now)
+}
+
+// reportCutProgress sends the coordinator of sender's cut this member's
+// report (delivered point included) while its window is blocked below the
+// cut (cutBlocker): full to its capacity above the cut's stable point,
+// which no STABILITY moves for a departed sender. The stable point is what
+// every survivor had delivered when the cut was fixed; a survivor that was
+// behind then keeps it low although it has since delivered as far as the
+// others, and a window of one that was ahead, or that another survivor
+// (a joiner whose window started higher) can fill beyond its capacity,
+// cannot take the rest up to the cut until the stable point rises
+// (raiseCutStable). Sent again when delivered moves, and otherwise every
+// ViewAckTimeout (a report or the raised fix may be lost).
+func (g *GMS) reportCutProgress(sender digest.Member, mc *memberCut, now time.Duration) {
+	cb, ok := g.proto.(cutBlocker)
+	if !ok || !cb.CutBlocked(sender) {
+		return
+	}
+	r := g.localReport(sender)
+	if !r.ok || (r.delivered <= mc.progress && now < mc.progressAt) {
+		return
+	}
+	mc.progress, mc.progressAt = r.delivered, now+g.cfg.ViewAckTimeout
+	if mc.coord.Member == g.self.Member {
+		g.onCutProgress(g.self.Member, sender, r.delivered, now)
+		return
+	}
+	g.send(mc.coord, g.reportMsg(sender, r))
+}
+
+// onCutProgress is the coordinator's side of a report from a survivor
+// that has not acknowledged sender's fixed cut: it delivered up to
+// delivered. It returns whether the cut's stable point rose (the fix was
+// multicast again with it).
+func (g *GMS) onCutProgress(from, sender digest.Member, delivered uint64, now time.Duration) bool {
+	c, ok := g.cuts[sender]
+	if !ok || !c.fixed || c.closed || c.acks[from] || !g.IsCoordinator() {
+		return false
+	}
+	r, ok := c.reports[from]
+	if !ok || !r.ok {
+		return false // no window at the fix: it does not count for the stable point
+	}
+	if delivered > r.delivered {
+		r.delivered = delivered
+		c.reports[from] = r
+	}
+	return g.raiseCutStable(c, now)
+}
+
+// raiseCutStable raises c's stable point (fixCut: what every survivor that
+// reported a window had delivered) to what they have delivered now, as
+// far as their reports tell: the latest delivered point of each, or the
+// cut for one that acknowledged (it holds or was told everything up to
+// the cut and asks for nothing more). A member of the view that did not
+// report, and is not suspected, keeps it where it is. If it rose, the fix
+// is multicast again with it: survivors purge their windows of the
+// departed sender up to it (PurgeCut) and so make room for the rest up to
+// the cut; nobody asks for what lies at or below it again, since every
+// survivor delivered it. The cut and its lost ranges do not change.
+func (g *GMS) raiseCutStable(c *cutState, now time.Duration) bool {
+	stable := c.cut
+	for _, p := range g.view.Members {
+		if c.acks[p.Member] {
+			continue
+		}
+		r, ok := c.reports[p.Member]
+		switch {
+		case !ok && g.fd.suspected[p.Member]:
+			continue
+		case !ok:
+			return false
+		case !r.ok:
+			continue // no window: it holds and needs nothing of the sender
+		}
+		stable = min(stable, r.delivered)
+	}
+	if stable <= c.stable {
+		return false
+	}
+	c.stable = stable
+	g.log.Info("gms: cut's stable point raised", "sender", c.dep.member, "cut", c.cut, "stable", c.stable)
+	g.multicast(cutFix(c, g.view.ID))
+	g.applyCut(g.self, c.dep.member, c.cut, c.stable, c.lost, now)
+	return true
 }
 
 // ackCut acknowledges sender's cut to coord (to ourselves when we fixed it).

@@ -695,3 +695,83 @@ func TestPendingMemberCutDeadline(t *testing.T) {
 	g.mcuts[digest.Member{ID: 9, Inc: 1}].acked = true
 	require.Equal(t, time.Second, g.NextDeadline(), "acknowledged: the resend is due")
 }
+
+// TestCutStableRaisedByProgress: a fixed cut's stable point is what every
+// survivor had delivered at the fix (79: B was behind). A departed
+// sender's window gets no STABILITY, so the survivors' windows stay held
+// at 79 although B has since delivered further; once B reports its
+// progress (a survivor whose window is blocked below the cut does,
+// reportCutProgress), the coordinator raises the stable point to the
+// least delivered point of the survivors that have not acknowledged (C
+// has: it counts as the cut) and multicasts the fix again with it, cut
+// and lost ranges unchanged. A report that moves nothing gets the fix
+// resent to its sender only; a member of the view that never reported
+// keeps the stable point where it is (heavy whole-group seeds 21669,
+// 29127 never settled).
+func TestCutStableRaisedByProgress(t *testing.T) {
+	g, err := New(Config{Group: 7, ID: 1, Addr: "1", Logger: discardLogger,
+		NewProtocol: func(self digest.Member, now time.Duration) (Protocol, error) {
+			return newFakeProto(self, newFakeApp(), now), nil
+		}})
+	require.NoError(t, err)
+	a := g.self.Member
+	b, c, d := digest.Member{ID: 2, Inc: 1}, digest.Member{ID: 3, Inc: 1}, digest.Member{ID: 4, Inc: 1}
+	dep := digest.Member{ID: 9, Inc: 1}
+	g.status = StatusMember
+	g.proto = newFakeProto(a, newFakeApp(), 0) // holds no window of dep: acknowledges at once
+	g.view = View{ID: digest.ViewID{Coord: a, Counter: 5}, Members: []Peer{{Member: a, Addr: "1"}, {Member: b, Addr: "2"}, {Member: c, Addr: "3"}}}
+	cs := &cutState{dep: departure{member: dep, peer: Peer{Member: dep}}, fixed: true, cut: 143, stable: 79,
+		lost: []Range{{From: 116, To: 116}}, acks: map[digest.Member]bool{c: true},
+		reports: map[digest.Member]cutReport{
+			a: {ok: true, delivered: 111, received: 111},
+			b: {ok: true, delivered: 79, received: 111},
+			c: {ok: true, delivered: 115, received: 143},
+		}}
+	g.cuts[dep] = cs
+	report := func(from digest.Member, delivered uint64) {
+		t.Helper()
+		buf, err := (&msg{typ: typeCutReport, view: g.view.ID, member: dep, a: delivered, b: 111, c: 1}).encode(7, from)
+		require.NoError(t, err)
+		require.NoError(t, g.Receive(buf, time.Second))
+	}
+	fixes := func() (multicast, unicast []*msg) {
+		t.Helper()
+		for _, o := range g.Outbox() {
+			m, err := decode(o.Data, 7)
+			require.NoError(t, err)
+			if m.typ != typeCut || m.kind != 0 {
+				continue
+			}
+			if o.To.Member.IsZero() {
+				multicast = append(multicast, m)
+			} else {
+				unicast = append(unicast, m)
+			}
+		}
+		g.ClearOutbox()
+		return multicast, unicast
+	}
+
+	report(b, 79) // nothing new: the fix goes to B again
+	mc, uc := fixes()
+	require.Empty(t, mc)
+	require.Len(t, uc, 1)
+	require.Equal(t, uint64(79), uc[0].b)
+	require.Equal(t, uint64(79), cs.stable)
+
+	report(b, 100) // B delivered up to 100, A up to 111, C acknowledged
+	mc, _ = fixes()
+	require.Len(t, mc, 1, "the fix is multicast again with the raised stable point")
+	require.Equal(t, uint64(143), mc[0].a, "same cut")
+	require.Equal(t, uint64(100), mc[0].b, "stable point: B's delivered point")
+	require.Equal(t, []Range{{From: 116, To: 116}}, mc[0].ranges, "same lost ranges")
+	require.Equal(t, uint64(100), cs.stable)
+	require.False(t, cs.closed)
+
+	// D joined the view and has not reported: the stable point stays.
+	g.view.Members = append(g.view.Members, Peer{Member: d, Addr: "4"})
+	report(b, 111)
+	mc, _ = fixes()
+	require.Empty(t, mc)
+	require.Equal(t, uint64(100), cs.stable)
+}

@@ -124,7 +124,12 @@
 // the ranges no survivor holds and multicasts the cut with them and its
 // stable point (the least delivered point reported: every survivor purges
 // its window of the departed sender up to it, Protocol.PurgeCut, since
-// STABILITY no longer does); every
+// STABILITY no longer does; a survivor whose window is full below the cut
+// (Protocol implementations with CutBlocked) reports how far it has
+// delivered, again as it delivers more and every ViewAckTimeout, and the
+// coordinator raises the stable point to the least delivered point of the
+// survivors that have not acknowledged, when it rises, and multicasts the
+// fix again with it, cut and lost ranges unchanged); every
 // survivor has the protocol fetch the rest from its peers and report the
 // lost ranges, acknowledges once it holds and has delivered everything up
 // to the cut (and the protocol has reported lost a fragmented message the

@@ -113,3 +113,7 @@ func (a *NakackProtocol) Consumed(sender digest.Member) uint64 {
 func (a *NakackProtocol) CloseWindow(sender digest.Member, now time.Duration) {
 	_, _ = a.P.CloseWindow(sender)
 }
+
+// CutBlocked reports whether sender's window can take nothing more below
+// its cut until its stable point rises (cutBlocker).
+func (a *NakackProtocol) CutBlocked(sender digest.Member) bool { return a.P.CutBlocked(sender) }

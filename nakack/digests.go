@@ -617,6 +617,19 @@ func (p *Protocol) PurgeCut(m digest.Member, upto uint64, now time.Duration) (in
 	return n, nil
 }
 
+// CutBlocked reports whether departed sender m's window, its cut fixed,
+// can take nothing more below the cut: it has received up to its
+// capacity, and only PurgeCut (a higher stable point) or a run the cut
+// declared lost right after the window (skipDeclared) moves its low.
+func (p *Protocol) CutBlocked(m digest.Member) bool {
+	s := p.senders[m]
+	if s == nil || s.own || s.state != departed || !s.hasCut || s.win == nil {
+		return false
+	}
+	rc := s.win.Received()
+	return rc < s.cut && rc >= s.win.Low()+uint64(s.cap)
+}
+
 // skipDeclared moves departed sender s's window on to `to` (at most its
 // cut), when Poll reported a run that its cut declared lost beyond the
 // window's capacity (lostEnd): those seqnos are consumed, and the window

@@ -169,13 +169,17 @@
 // digest captured for a state transfer and the point a closed window is
 // remembered at count such runs, and runs reported at once beyond the
 // capacity, as consumed (nothing the application was told is delivered
-// or reported again). Known limit: a survivor that
+// or reported again). A survivor that
 // received less of a departed sender than another by more than its
 // RecvWindow above the stable point, with seqnos beyond its window that
-// another survivor holds, cannot take them (it may not purge what it
-// holds above the stable point: a survivor further behind may still need
-// it); a larger RecvWindow than SendWindow makes that case need more than
-// one missed STABILITY.
+// another survivor holds (one that was ahead, or a joiner whose window
+// started higher), cannot take them at first: it may not purge what it
+// holds above the stable point, since a survivor further behind may still
+// need it. CutBlocked says so (received up to the capacity, below the
+// cut); gms then reports the survivor's delivered point to the
+// coordinator, which raises the cut's stable point once every survivor
+// delivered past it, and PurgeCut makes the room (heavy whole-group seeds
+// 21669, 29127).
 //
 // MSG_NOT_FOUND from the original sender for the current view marks what the
 // sender purged (the seqnos above our delivered, at or below its low, that we

@@ -63,7 +63,18 @@ func newWGHeavyScenario(seed uint64) wgScenario {
 // one: the two swapped states. gms now serves no state while fetching
 // one and fetches only once the transfers it serves have ended
 // (TestStateRequestWhileServing in gms/).
-var wgHeavyRegressions = []uint64{1167, 1622, 3220, 8023, 29607}
+//
+// 21669: node 3, behind when node 2 crashed, made the cut's stable point
+// 79 (cut 143); nodes 1, 3, 4 and 5 then delivered up to their windows'
+// capacity (111), while node 6, a joiner whose window started at 111,
+// held 112..143. Nobody told the coordinator that node 3 had caught up,
+// so the stable point stayed 79, no window made room and the cut never
+// completed. 29127: the same with a declared-lost run (107..149) that
+// the windows skipped to their capacity, 150..154 held by node 1. A
+// survivor whose window is blocked below the cut now reports its
+// delivered point, and the coordinator raises the stable point
+// (TestCutStableRaisedByProgress in gms/).
+var wgHeavyRegressions = []uint64{1167, 1622, 3220, 8023, 21669, 29127, 29607}
 
 // TestWholeGroupHeavy runs sim.WholeGroupSeeds() heavy whole-group
 // scenarios and the regression seeds, checked like
