@@ -134,43 +134,23 @@ func TestStateProviderCrash(t *testing.T) {
 // the state B had before B replaced it with A's: the two swapped states.
 func TestStateRequestWhileServing(t *testing.T) {
 	for seed := range uint64(seeds(20, 4)) {
-		h := newNakHarness(t, seed, lossyNet(seed, 0.1))
-		h.tweak = func(c *Config) { c.StateChunk = 8; c.StateWindow = 1 }
-		a, b := h.add(1), h.add(2)
-		all := []*node{a, b}
-		h.join(0, a)
-		stop := 1200 * time.Millisecond
-		h.traffic(a, 50*time.Millisecond, stop, 2*time.Millisecond)
-		h.traffic(b, 50*time.Millisecond, stop, 3*time.Millisecond)
-		h.join(300*time.Millisecond, b) // b's state of a starts at its join
-		h.runUntil(func() bool { return converged(all...) }, 5*time.Second, "joined")
-		asked := false
-		h.s.AddTap(func(ev sim.TapEvent) { // a asks as soon as it streams b's state
-			if asked || ev.Kind != sim.TapSend || ev.From != a.Member() || len(ev.Data) < 3 || !IsMembership(wire.Type(ev.Data[2])) {
-				return
-			}
-			if m, err := decode(ev.Data, 7); err == nil && m.typ == typeStateChunk {
-				asked = true
-				h.do(ev.At, a, func(now time.Duration) {
-					require.NotEmpty(t, a.g.prov)
-					require.NoError(t, a.g.RequestState(now))
-				})
-			}
+		statePair(t, seed, func(c *Config) { c.StateChunk = 8; c.StateWindow = 1 }, func(h *harness, a, b *node) time.Duration {
+			asked := false
+			h.s.AddTap(func(ev sim.TapEvent) { // a asks as soon as it streams b's state
+				if asked || ev.Kind != sim.TapSend || ev.From != a.Member() || len(ev.Data) < 3 || !IsMembership(wire.Type(ev.Data[2])) {
+					return
+				}
+				if m, err := decode(ev.Data, 7); err == nil && m.typ == typeStateChunk {
+					asked = true
+					h.do(ev.At, a, func(now time.Duration) {
+						require.NotEmpty(t, a.g.prov)
+						require.NoError(t, a.g.RequestState(now))
+					})
+				}
+			})
+			h.do(h.s.Now()+50*time.Millisecond, b, func(now time.Duration) { require.NoError(t, b.g.RequestState(now)) })
+			return 20 * time.Second
 		})
-		h.do(h.s.Now()+50*time.Millisecond, b, func(now time.Duration) { require.NoError(t, b.g.RequestState(now)) })
-		h.runUntil(func() bool { return len(a.states) > 0 && len(b.states) > 0 }, h.s.Now()+20*time.Second, "states installed")
-		require.NoError(t, b.states[0], "seed %d", seed)
-		require.NoError(t, a.states[0], "seed %d", seed)
-		require.Equal(t, a.self(), b.g.done.provider.Member)
-		require.Equal(t, b.self(), a.g.done.provider.Member)
-		h.run(max(h.s.Now(), stop+100*time.Millisecond))
-		h.s.SetNet(sim.NetConfig{})
-		h.runUntil(func() bool { return allDelivered(all...) && quiet(all...) }, h.s.Now()+20*time.Second, "delivered")
-		sa, _ := a.app.State()
-		sb, _ := b.app.State()
-		require.Equal(t, sa, sb, "seed %d: a's and b's application states differ", seed)
-		h.noNotFound()
-		h.noErrors()
 		if t.Failed() {
 			return
 		}
@@ -184,31 +164,49 @@ func TestStateRequestWhileServing(t *testing.T) {
 // state.
 func TestStateRequestsCrossing(t *testing.T) {
 	for seed := range uint64(seeds(20, 4)) {
-		h := newNakHarness(t, seed, lossyNet(seed, 0.1))
-		a, b := h.add(1), h.add(2)
-		all := []*node{a, b}
-		h.join(0, a)
-		stop := 1200 * time.Millisecond
-		h.traffic(a, 50*time.Millisecond, stop, 2*time.Millisecond)
-		h.traffic(b, 50*time.Millisecond, stop, 3*time.Millisecond)
-		h.join(300*time.Millisecond, b)
-		h.runUntil(func() bool { return converged(all...) }, 5*time.Second, "joined")
-		at := h.s.Now() + 50*time.Millisecond
-		h.do(at, a, func(now time.Duration) { require.NoError(t, a.g.RequestState(now)) })
-		h.do(at, b, func(now time.Duration) { require.NoError(t, b.g.RequestState(now)) })
-		h.runUntil(func() bool { return len(a.states) > 0 && len(b.states) > 0 }, at+time.Second, "states installed")
-		require.NoError(t, a.states[0], "seed %d", seed)
-		require.NoError(t, b.states[0], "seed %d", seed)
-		h.run(max(h.s.Now(), stop+100*time.Millisecond))
-		h.s.SetNet(sim.NetConfig{})
-		h.runUntil(func() bool { return allDelivered(all...) && quiet(all...) }, h.s.Now()+20*time.Second, "delivered")
-		sa, _ := a.app.State()
-		sb, _ := b.app.State()
-		require.Equal(t, sa, sb, "seed %d: a's and b's application states differ", seed)
-		h.noNotFound()
-		h.noErrors()
+		statePair(t, seed, nil, func(h *harness, a, b *node) time.Duration {
+			at := h.s.Now() + 50*time.Millisecond
+			h.do(at, a, func(now time.Duration) { require.NoError(t, a.g.RequestState(now)) })
+			h.do(at, b, func(now time.Duration) { require.NoError(t, b.g.RequestState(now)) })
+			return time.Second + 50*time.Millisecond
+		})
 		if t.Failed() {
 			return
 		}
 	}
+}
+
+// statePair runs two members sending under 10% loss (b joins at 300ms),
+// has ask make both request a state once they have converged, and
+// requires that each installs one from the other within the time ask
+// returns, and that both end, once everything is delivered, with the same
+// application state.
+func statePair(t *testing.T, seed uint64, tweak func(*Config), ask func(h *harness, a, b *node) time.Duration) {
+	t.Helper()
+	h := newNakHarness(t, seed, lossyNet(seed, 0.1))
+	if tweak != nil {
+		h.tweak = tweak
+	}
+	a, b := h.add(1), h.add(2)
+	all := []*node{a, b}
+	h.join(0, a)
+	stop := 1200 * time.Millisecond
+	h.traffic(a, 50*time.Millisecond, stop, 2*time.Millisecond)
+	h.traffic(b, 50*time.Millisecond, stop, 3*time.Millisecond)
+	h.join(300*time.Millisecond, b) // b's state of a starts at its join
+	h.runUntil(func() bool { return converged(all...) }, 5*time.Second, "joined")
+	within := ask(h, a, b)
+	h.runUntil(func() bool { return len(a.states) > 0 && len(b.states) > 0 }, h.s.Now()+within, "states installed")
+	require.NoError(t, a.states[0], "seed %d", seed)
+	require.NoError(t, b.states[0], "seed %d", seed)
+	require.Equal(t, a.self(), b.g.done.provider.Member, "seed %d", seed)
+	require.Equal(t, b.self(), a.g.done.provider.Member, "seed %d", seed)
+	h.run(max(h.s.Now(), stop+100*time.Millisecond))
+	h.s.SetNet(sim.NetConfig{})
+	h.runUntil(func() bool { return allDelivered(all...) && quiet(all...) }, h.s.Now()+20*time.Second, "delivered")
+	sa, _ := a.app.State()
+	sb, _ := b.app.State()
+	require.Equal(t, sa, sb, "seed %d: a's and b's application states differ", seed)
+	h.noNotFound()
+	h.noErrors()
 }
