@@ -640,6 +640,16 @@ func (g *GMS) onCut(m *msg, now time.Duration) {
 			g.stats.Refused++
 			return
 		}
+		// And only for our view: the coordinator fixes a cut from the
+		// reports of its view's members, so a member it has dropped (a
+		// leaver still waiting for its LeaveRsp, a member it excluded) was
+		// not asked, and the fix may declare lost what that member
+		// delivered. A member of a newer view that has not installed it
+		// yet gets the fix again (tickCuts) once it has.
+		if m.view != g.view.ID {
+			g.stats.Refused++
+			return
+		}
 		g.applyCut(coord, m.member, m.a, m.b, m.ranges, now)
 	case 1:
 		// A close counts only from the coordinator whose fix we applied,

@@ -696,6 +696,36 @@ func TestPendingMemberCutDeadline(t *testing.T) {
 	require.Equal(t, time.Second, g.NextDeadline(), "acknowledged: the resend is due")
 }
 
+// TestCutFixOnlyForOurView: a fix counts only for the view it was made
+// in. The coordinator fixes a cut from its view's members' reports; a
+// member its view has dropped (a leaver waiting for its LeaveRsp) was not
+// asked, so a fix multicast in a later view may declare lost what that
+// member delivered. b refuses a fix of its coordinator that names another
+// view, and takes the same fix named for its own.
+func TestCutFixOnlyForOurView(t *testing.T) {
+	h, _, b, _ := joinedAt5(t)
+	gone := digest.Member{ID: 9, Inc: 1} // a departed sender b holds no window of
+	fix := func(view digest.ViewID) []byte {
+		d, err := (&msg{typ: typeCut, view: view, member: gone, a: 20}).withRanges([]Range{{From: 7, To: 8}}).encode(7, b.g.View().Coord().Member)
+		require.NoError(t, err)
+		return d
+	}
+	ran := false
+	h.do(h.s.Now(), b, func(now time.Duration) {
+		v := b.g.View().ID
+		later := v
+		later.Counter++
+		refused := b.g.Stats().Refused
+		require.NoError(t, b.g.Receive(fix(later), now))
+		require.Equal(t, refused+1, b.g.Stats().Refused, "a fix named for another view")
+		require.NoError(t, b.g.Receive(fix(v), now))
+		require.Equal(t, refused+1, b.g.Stats().Refused, "the fix named for our view")
+		ran = true
+	})
+	h.run(h.s.Now() + time.Millisecond)
+	require.True(t, ran)
+}
+
 // TestCutStableRaisedByProgress: a fixed cut's stable point is what every
 // survivor had delivered at the fix (79: B was behind). A departed
 // sender's window gets no STABILITY, so the survivors' windows stay held

@@ -183,7 +183,12 @@
 // view of its own fixes the same sender at another point, and its
 // multicast fix and close reach the old side once the partition heals
 // (closed there at the other cut, the seqnos between were neither
-// delivered nor reported lost).
+// delivered nor reported lost). It takes a fix only for its view, too: the
+// coordinator computes a fix from its view's members' reports, so one
+// multicast in a view that has dropped this member (a leaver waiting for
+// its LeaveRsp) may declare lost what this member delivered; a member of
+// the newer view that has not installed it yet gets the fix again once it
+// has.
 //
 // # Merges
 //

@@ -194,8 +194,7 @@ func (p *Protocol) installView(v View, d digest.Digest, merge bool, now time.Dur
 	}
 	for _, s := range p.order {
 		if _, in := p.viewPos[s.m]; !in && !s.own && s.state == live {
-			s.state = departed
-			p.checkGaps(s, now)
+			p.depart(s, now)
 		}
 	}
 	p.round.init(n, p.stablePer())
@@ -210,6 +209,24 @@ func (p *Protocol) installView(v View, d digest.Digest, merge bool, now time.Dur
 	if p.hasView && p.stableAt == NoDeadline {
 		p.stableAt = now + p.cfg.StableInterval
 	}
+}
+
+// depart makes s, which v left, departed: its cut decides from now on
+// what is lost. Seqnos that a MSG_NOT_FOUND or a merge digest marked lost
+// (the sender's side purged them) and that Poll has not reported yet are
+// missing again: another survivor may hold them, this member's report
+// shows them missing (Gaps), and the cut declares lost only what no
+// survivor holds. Reporting them anyway would leave this member with
+// another record of the sender than a survivor that delivered them.
+func (p *Protocol) depart(s *sender, now time.Duration) {
+	s.state = departed
+	if d := s.delivered(); s.win != nil && max(s.floor, s.lostTo) > d {
+		s.win.UnmarkLost(d+1, max(s.floor, s.lostTo))
+		s.floor, s.lostTo = min(s.floor, d), min(s.lostTo, d)
+		s.contig = d
+		s.advance()
+	}
+	p.checkGaps(s, now)
 }
 
 // dropCut makes departed sender s live again (a view brings it back before

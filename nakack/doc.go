@@ -208,7 +208,13 @@
 // 170..225 lost, 168..169 one message, is reported as 168..225, not as
 // 168..169 then 170..225). A held first fragment of a message
 // whose fate is still open (a fragment missing, none marked lost) holds
-// a live sender's report back as a gap does. A MSG_NOT_FOUND is logged
+// a live sender's report back as a gap does. Once a view drops the
+// sender, the marks its MSG_NOT_FOUND (or a merge digest) left that Poll
+// has not reported are cleared: those seqnos are missing again, this
+// member's report to the coordinator shows them, and the cut declares
+// lost only what no survivor holds, so a member told of a loss it had not
+// reported yet ends with the same record of the sender as a survivor that
+// delivered those seqnos. A MSG_NOT_FOUND is logged
 // once at WARN (Config.Logger) with our window, the sender's digest and
 // our digest history. One from anyone else,
 // for another view, for another requester, or that would move nothing, is
@@ -308,8 +314,8 @@
 // (taken after the view that dropped the sender) must remain all it will
 // ever hold of that sender but what peers repair from their own reports;
 // once the cut is fixed, whoever sent it, anything beyond the cut and
-// anything marked lost (declared lost, or lost before by a MSG_NOT_FOUND or
-// merge), whether Poll already reported it or not. Otherwise a datagram
+// anything marked lost (declared lost by the cut, or reported lost
+// before), whether Poll already reported it or not. Otherwise a datagram
 // that reached one survivor after its report and before the fix would be
 // delivered there while the others report it lost. Peers' repairs below the
 // cut that are not lost are accepted at any time, and the sender's own data

@@ -172,8 +172,10 @@ func TestLostRangeWaitsForHeldMessage(t *testing.T) {
 // TestLostRangeHeldBackDecidedByCut: B purged 1..2; A and C lack 2 and
 // hold M's first fragment 3, and M's second fragment 4 reaches nobody (B's
 // repairs of it are lost too). The run 2 waits for M's fate; B crashes and
-// the cut falls at 3, inside M: with no repair or declaration to come,
-// the cut itself lets Poll go on. Both survivors report 2 lost, then M
+// the cut falls at 3, inside M: 2 is missing again once B departed (no
+// survivor holds it, so the cut declares it lost) and, with no repair or
+// declaration to come for M, the cut itself lets Poll go on. Both
+// survivors report 2 lost, then M
 // from its first fragment to the cut (lostAtCut), and nothing stays
 // unreported when they acknowledge the cut.
 func TestLostRangeHeldBackDecidedByCut(t *testing.T) {
@@ -201,8 +203,12 @@ func TestLostRangeHeldBackDecidedByCut(t *testing.T) {
 	}
 	c.crash(mB)
 	for _, m := range []digest.Member{mA, mC} {
-		require.Equal(t, uint64(3), c.report(m, mB).received, "member %v", m)
-		c.applyCut(m, mB, 3)
+		// Once B has departed, 2 is missing again (depart): the reports
+		// show nobody holds it, and the coordinator declares it lost.
+		r := c.report(m, mB)
+		require.Equal(t, uint64(3), r.received, "member %v", m)
+		require.Equal(t, []rangeU{{2, 2}}, r.gaps, "member %v", m)
+		c.applyCut(m, mB, 3, rangeU{2, 2})
 	}
 	c.run(c.now+time.Second, nil)
 	for _, m := range []digest.Member{mA, mC} {
@@ -210,6 +216,43 @@ func TestLostRangeHeldBackDecidedByCut(t *testing.T) {
 		require.Equal(t, []uint64{1}, c.rec(m).seqs(mB), "member %v", m)
 		require.False(t, c.p(m).CutPending(mB), "member %v", m)
 	}
+}
+
+// TestDepartedSenderNotFoundRefetched: B purged 1..2 after C received
+// 1..3 and A only 1. B's MSG_NOT_FOUND marks 2 lost at A, which cannot
+// report it yet: 3 is missing (B's repairs of it are lost), so the run's
+// end is unknown. B crashes. Once B has departed, 2 is missing again at
+// A (its report shows it; before, it counted as received), C holds 2 and 3, so the cut declares nothing
+// lost and A fetches them from C: A and C end with the same record of B,
+// 1..3 delivered and nothing lost, where A would otherwise report 2 lost.
+func TestDepartedSenderNotFoundRefetched(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.MaxBundle = 1 }, mA, mC, mB)
+	ds := c.send(mB, true, "b1", "b2", "b3")
+	c.deliverTo(dataOf(t, ds, 1), mA)
+	for _, s := range []uint64{1, 2, 3} {
+		c.deliverTo(dataOf(t, ds, s), mC)
+	}
+	c.poll()
+	_, err := c.p(mB).ForcePurge(mB, 2)
+	require.NoError(t, err)
+	no3 := func(d dgram, to digest.Member) bool {
+		if d.from != mB || to != mA || d.typ != wire.TypeData {
+			return false
+		}
+		_, first, last := dataRange(t, d)
+		return first <= 3 && 3 <= last
+	}
+	c.run(c.now+500*time.Millisecond, no3)
+	require.NotZero(t, c.p(mA).Stats().NotFoundConfirmed)
+	require.Empty(t, c.rec(mA).lostOf(mB), "2 is lost, the run's end undecided")
+	c.crash(mB)
+	r := c.report(mA, mB)
+	require.Equal(t, report{delivered: 1, received: 2, gaps: []rangeU{{2, 2}}}, r)
+	for _, m := range []digest.Member{mA, mC} {
+		c.applyCut(m, mB, 3)
+	}
+	c.run(c.now+time.Second, nil)
+	requireSameLoss(t, c, nil, []uint64{1, 2, 3})
 }
 
 // TestOnLostHook: Config.OnLost is told of exactly the ranges the handler's

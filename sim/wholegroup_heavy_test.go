@@ -56,6 +56,29 @@ func newWGHeavyScenario(seed uint64) wgScenario {
 // reports the run the cut declared lost beyond it, and completes the cut
 // once its application has consumed the stream up to it (Consumed).
 //
+// 21710: node 2, leaving gracefully, had acknowledged node 4's fix of
+// crashed node 3's cut and delivered 306; once its leave was handled, node
+// 4 fixed the cut again for the members it had left (306 lost: nobody
+// there held it) and node 2, not asked, took that fix too. A fix now
+// counts only for the view it was made in.
+//
+// 21148, 25137, 25400, 26806: one side of a partition closed a departed
+// sender's cut with its own survivors, who had delivered everything, and
+// purged; when the members of the other side came back, the same
+// coordinator reopened the cut for them, declaring lost what the first
+// side had purged (as a merge does). Both closes are that coordinator's:
+// the check compared them as one cut and now compares members that
+// acknowledged the same fix. (21148 began to fail that way once blocked
+// survivors raised the stable point: its first side, no longer stuck at
+// its windows' capacity, fetched the rest from the leaver and closed.)
+//
+// 28888: node 5 force-purged 129 and crashed; node 1 had been told 129 lost
+// but not yet reported it (130 was missing), node 3 had delivered it. The
+// cut counted 129 as held by both and declared only 130..137 lost, so node
+// 1 reported 129..137 and node 3 delivered 129. A departed sender's
+// unreported MSG_NOT_FOUND marks are now missing again, fetched from the
+// survivors that hold them.
+//
 // 29607: node 3 (3.1) asked rejoined node 2 (2.2) for the state; 2.2
 // captured its own (node 3's stream from its join, at 260) and, while
 // streaming it, asked 3.1 for one; 3.1, its own transfer under way,
@@ -74,7 +97,7 @@ func newWGHeavyScenario(seed uint64) wgScenario {
 // survivor whose window is blocked below the cut now reports its
 // delivered point, and the coordinator raises the stable point
 // (TestCutStableRaisedByProgress in gms/).
-var wgHeavyRegressions = []uint64{1167, 1622, 3220, 8023, 21669, 29127, 29607}
+var wgHeavyRegressions = []uint64{1167, 1622, 3220, 8023, 21148, 21669, 21710, 25137, 25400, 26806, 28888, 29127, 29607}
 
 // TestWholeGroupHeavy runs sim.WholeGroupSeeds() heavy whole-group
 // scenarios and the regression seeds, checked like

@@ -69,9 +69,10 @@ func (c *Cluster) every(fn func(inc *Incarnation)) {
 // had completed the cut it applied first (its stream reaches the cut), and
 // the survivors of one cut (members that closed the sender's window under
 // the same coordinator after the same view dropped it: survivors a
-// partition split before the cut closed end under different ones) have the
-// same stream of it from where they stood then up to the cut, boundaries
-// included.
+// partition split before the cut closed end under different ones) closed
+// it at the same cut, and those of them that acknowledged the same fix
+// (fixKey) have the same stream of it from where they stood then up to the
+// cut, boundaries included.
 func (c *Cluster) checkCuts() error {
 	// Every incarnation, not only the final members': one that later
 	// crashed or left closed its windows all the same, and a close before
@@ -98,6 +99,7 @@ func (c *Cluster) checkCuts() error {
 		ep  *Episode
 	}
 	first := map[key]survivor{}
+	sameFix := map[fixKey]survivor{}
 	var err error
 	c.every(func(inc *Incarnation) {
 		for _, ep := range inc.Episodes {
@@ -108,20 +110,39 @@ func (c *Cluster) checkCuts() error {
 			f, ok := first[k]
 			if !ok {
 				first[k] = survivor{inc, ep}
-				continue
-			}
-			if f.ep.Cut != ep.Cut {
+			} else if f.ep.Cut != ep.Cut {
 				err = errors.Join(err, fmt.Errorf("survivors %v and %v of the view %v that dropped %v closed it at cuts %d and %d",
 					f.inc.Member, inc.Member, k.view, k.sender, f.ep.Cut, ep.Cut))
 				continue
 			}
+			fk := fixKey{ep.Sender, ep.ClosedBy, ep.Dropped, ep.Cut, ep.Lost}
+			f, ok = sameFix[fk]
+			if !ok {
+				sameFix[fk] = survivor{inc, ep}
+				continue
+			}
 			from := max(f.ep.From, ep.From)
 			if e := sameStream(f.inc.App.Stream(k.sender), inc.App.Stream(k.sender), from, ep.Cut); e != nil {
-				err = errors.Join(err, fmt.Errorf("survivors %v and %v of the view %v that dropped %v: %w", f.inc.Member, inc.Member, k.view, k.sender, e))
+				err = errors.Join(err, fmt.Errorf("survivors %v and %v of the view %v that dropped %v (fix: cut %d, lost %s): %w",
+					f.inc.Member, inc.Member, k.view, k.sender, ep.Cut, ep.Lost, e))
 			}
 		}
 	})
 	return err
+}
+
+// fixKey names one fix of a cut: a coordinator that fixes a sender's cut
+// again (a survivor left or crashed, a member that was away reports the
+// window it still holds, a leaver's leave timed out) computes it from the
+// survivors it has then, so members that acknowledged different fixes of
+// one coordinator may differ where a member that acknowledged only the
+// earlier one delivered what the later one declares lost (it left, or
+// closed and purged in its own partition).
+type fixKey struct {
+	sender, closer digest.Member
+	view           digest.ViewID
+	cut            uint64
+	lost           string
 }
 
 // checkOwed: no final member owes a lost range for the message an

@@ -76,6 +76,7 @@ type Episode struct {
 	From    uint64
 	Cut     uint64
 	HasCut  bool
+	Lost    string // the last fix's lost ranges, printed (fixKey)
 	// Closed: the window was closed after the cut (ClosedBy: the
 	// coordinator of the view it was closed in); Back: a view brought the
 	// sender back before that.
@@ -354,6 +355,7 @@ func (t *tap) OverwriteDigest(d digest.Digest, now time.Duration) error {
 func (t *tap) CompleteCut(sender digest.Member, cut uint64, lost []gms.Range, now time.Duration) {
 	if ep := t.inc.open(sender); ep != nil {
 		ep.Cut, ep.HasCut = cut, true
+		ep.Lost = fmt.Sprint(lost)
 	}
 	t.NakackProtocol.CompleteCut(sender, cut, lost, now)
 }
