@@ -3,7 +3,6 @@ package nakack
 import (
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/ring"
-	"github.com/nakcast/nakcast/wire"
 )
 
 // reassembly is the per-sender state of a fragmented message being
@@ -18,8 +17,9 @@ type reassembly struct {
 	skipTo   uint64 // fragments up to here belong to a message reported lost
 	reported uint64 // highest seqno reported lost
 	// lostTo is the end of the last lost run reported (reportLost), which
-	// may lie beyond the window's delivered point (sender.consumed); 0
-	// after a rewind or a join.
+	// may lie beyond the window's delivered point (a departed sender's run
+	// through its cut's declarations, sender.consumed); 0 after a rewind
+	// or a join.
 	lostTo uint64
 	// joinedAt is where a join digest started this window (0: not
 	// started by a join; seqnos start at 1). A message whose fragment 0
@@ -69,18 +69,48 @@ func (s *sender) reported() uint64 {
 
 // consumed is where the application stands in s's stream: the reported
 // point (sender.reported), or the end of a lost run Poll reported beyond
-// the window's delivered point (a run that reaches the window's capacity
-// is reported at once up to the sender's purge point, and the window
-// consumes the rest silently as purges make room; lostBeyondFullCut). A
-// digest handed out with a state (CaptureDigest), the point a closed
-// window is remembered at (CloseWindow) and a cut's completion (Consumed)
-// use it, so that nothing the application was told is delivered or
-// reported again.
+// the window's delivered point (a departed sender's run through the
+// ranges its cut declared lost beyond the window's capacity, which the
+// window consumes as it moves on; lostBeyondFullCut), or, while a lost
+// event is pending (pendingLost), the seqno before it: the window has
+// consumed its seqnos, the application has not been told. A digest handed
+// out with a state (CaptureDigest), the point a closed window is
+// remembered at (CloseWindow) and a cut's completion (Consumed) use it,
+// so that nothing the application was told is delivered or reported
+// again, and nothing it was not told is skipped.
 func (s *sender) consumed() uint64 {
-	if !s.own && !s.reasm.active && s.reasm.lostTo > s.delivered() {
+	if s.own {
+		return s.reported()
+	}
+	if s.pend.To != 0 {
+		return max(s.pend.From-1, s.reasm.reported)
+	}
+	if !s.reasm.active && s.reasm.lostTo > s.delivered() {
 		return s.reasm.lostTo
 	}
 	return s.reported()
+}
+
+// pendingLost is a lost event of a live sender that reaches the window's
+// capacity before its end is known: nothing beyond the capacity can be
+// held, so whether the seqno after it is held, lost too (a later
+// MSG_NOT_FOUND or merge digest naming a later purge point) or still
+// missing only shows once purges make room. The window consumes the
+// event's seqnos silently (its delivered point, which STABLE reports,
+// moves on, so stability can make that room) and Poll reports the event
+// once, when its end is decided as for a run within the window (the seqno
+// after it held, or the highest seqno known reached), so that members
+// whose windows or whose knowledge of the purge point differ report the
+// same range. To == 0: none.
+type pendingLost struct {
+	From, To uint64
+	// wasActive: the event cut a reassembly under way (From is its first
+	// fragment); reportLost's rule for a message begun before the join
+	// point needs it.
+	wasActive bool
+	// skipTo is reassembly.skipTo before the event: what it is back to if
+	// a departure unwinds the event (unwindPending).
+	skipTo uint64
 }
 
 func (r *reassembly) reset() {
@@ -127,16 +157,21 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 		return 0, false
 	}
 	w := s.win
-	if s.preLost.To != 0 && max > 0 {
-		if !p.reportPreLost(s, h) {
-			return 0, false
-		}
-		k++
+	if s.pend.To != 0 {
+		w = s.window() // a merge's lost range before the window's start
 	}
 	if w == nil {
-		return k, false
+		return 0, false
 	}
 	for k < max {
+		if s.pend.To != 0 {
+			c, progress := p.pendingStep(s, h, bh, max-k)
+			k += c
+			if !progress {
+				return k, false
+			}
+			continue
+		}
 		lim := min(max-k, len(p.dscr))
 		if s.hasCut {
 			d := w.Delivered()
@@ -174,6 +209,10 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 				return k, false
 			}
 			w.SkipLost()
+			if s.state != departed && end >= w.Low()+uint64(s.cap) && end < s.target() {
+				p.startPending(s, r.From, end)
+				continue
+			}
 			p.reportLost(s, h, r.From, end)
 			if s.hasCut && to > w.Delivered() {
 				p.skipDeclared(s, to)
@@ -186,28 +225,117 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 	return k, true
 }
 
-// reportPreLost reports s.preLost, the lost range that lies before
-// anything s's window holds, and reports whether it did (false: the run
-// after it is not decided yet). A lost run right at the window's start
-// continues it, and so do the messages after it that are lost too
-// (lostChain; what it leaves undecided does not hold the range back,
-// which is reported at once, as before the window holds anything).
-func (p *Protocol) reportPreLost(s *sender, h Handler) bool {
-	r, w := s.preLost, s.win
-	if w != nil && w.Delivered() == r.To {
-		to := r.To
-		if next, ok := w.PeekLost(); ok {
-			var ready bool
-			if to, ready = p.lostEnd(s, next); !ready {
-				return false
-			}
-			w.SkipLost()
-		}
-		r.To, _ = p.lostChain(s, to)
+// startPending makes the lost event [from, to] of live sender s, which
+// reaches the window's capacity, pending (pendingLost) instead of
+// reporting it: it cuts the reassembly under way as reportLost would, and
+// the fragments the window holds up to to are dropped (reassembly.skipTo).
+func (p *Protocol) startPending(s *sender, from, to uint64) {
+	skip := s.reasm.skipTo
+	from, was := s.reasm.cutBy(from)
+	s.pend = pendingLost{From: from, To: to, wasActive: was, skipTo: skip}
+	s.reasm.skipTo = max(s.reasm.skipTo, to)
+}
+
+// extendPending makes s's pending lost event go on through to (a lost run
+// that continues it; through to lostTo if it reaches the window's
+// capacity, as lostEnd).
+func (p *Protocol) extendPending(s *sender, to uint64) {
+	if to >= s.win.Low()+uint64(s.cap) {
+		to = lostBeyondCap(s, to)
 	}
-	s.preLost = wire.Range{}
-	p.reportLost(s, h, r.From, r.To)
-	return true
+	s.pend.To = max(s.pend.To, to)
+	s.reasm.skipTo = max(s.reasm.skipTo, s.pend.To)
+}
+
+// pendingStep is Poll's step while s has a pending lost event: the
+// window consumes its seqnos silently (lost runs, and the held fragments
+// of messages it makes undeliverable), a lost run right after it extends
+// it, and once the window has consumed it, its end is decided as for a
+// run within the window (lostChain: the seqno after it held, the highest
+// seqno known, a gap that a live sender's event waits for) and it is
+// reported, unless it reaches the capacity again. A departed sender's
+// (left after a departure unwound what it could, unwindPending) waits for
+// its cut, which decides the rest at once (lostEnd). It returns how many
+// seqnos and events it consumed and whether it made progress.
+func (p *Protocol) pendingStep(s *sender, h Handler, bh BatchHandler, limit int) (n int, progress bool) {
+	w, pd := s.win, &s.pend
+	gone := s.state == departed
+	if gone && (!s.hasCut || !cutLostReady(s)) {
+		return 0, false
+	}
+	if d := w.Delivered(); d < pd.To {
+		if r, ok := w.PeekLost(); ok {
+			w.SkipLost()
+			p.extendPending(s, r.To)
+			return 0, true
+		}
+		lim := int(min(uint64(min(limit, len(p.dscr))), pd.To-d))
+		if first, c := w.RemoveBatch(p.dscr[:lim]); c > 0 {
+			p.deliverRun(s, h, bh, first, p.dscr[:c]) // dropped: skipTo
+			return c, true
+		}
+		return 0, false // not received yet, or no room yet
+	}
+	to := max(pd.To, w.Delivered())
+	if r, ok := w.PeekLost(); ok {
+		if !gone {
+			w.SkipLost()
+			p.extendPending(s, r.To)
+			return 0, true
+		}
+		to, _ = p.lostEnd(s, r) // a departed sender's, cut fixed: decided
+		w.SkipLost()
+	}
+	end := to
+	switch edge := w.Low() + uint64(s.cap); {
+	case gone:
+		end, _ = p.lostChain(s, to)
+	case to >= edge:
+		if to < s.target() {
+			return 0, false // wait for room to see what follows
+		}
+	default:
+		var ready bool
+		if end, ready = p.lostChain(s, to); !ready {
+			return 0, false
+		}
+		if end >= edge && end < s.target() {
+			p.extendPending(s, end) // it reaches the capacity again
+			return 0, true
+		}
+	}
+	from, was := pd.From, pd.wasActive
+	*pd = pendingLost{}
+	p.emitLost(s, h, from, end, was)
+	if s.hasCut && to > w.Delivered() {
+		p.skipDeclared(s, to)
+	}
+	return 1, true
+}
+
+// unwindPending undoes, when a view drops s, what its window consumed of
+// s's pending lost event, as far as the window still retains it: those
+// seqnos are missing again (depart), so that this member fetches them
+// from a survivor that holds them or the cut declares them lost, as for
+// a member that had not found them lost. What lies at or below the
+// window's low stays consumed (every member's window passed it) and
+// remains the start of the event, which the cut then ends. It returns
+// the window's delivered point before.
+func (p *Protocol) unwindPending(s *sender) uint64 {
+	w, pd := s.win, &s.pend
+	d := w.Delivered()
+	target := max(pd.From-1, w.Low())
+	if target >= d || w.Rewind(target) != nil {
+		target = d
+	}
+	if target < pd.From {
+		s.reasm.skipTo = pd.skipTo
+		*pd = pendingLost{}
+	} else {
+		pd.To = min(pd.To, target)
+		s.reasm.skipTo = max(pd.skipTo, pd.To)
+	}
+	return d
 }
 
 // lostBeyondFullCut reports, once, the run departed sender s's cut
@@ -233,18 +361,17 @@ func (p *Protocol) lostBeyondFullCut(s *sender, h Handler) bool {
 	return true
 }
 
-// lostEnd decides whether Poll may report the lost run r of s's window
-// now, and up to where, so that a run is one event whatever the member's
-// window and whenever its pieces became known (two members that lose the
-// same seqnos report the same ranges, but for a purge point learnt in
-// steps while a run reaches the capacity: doc.go):
+// lostEnd decides whether Poll may consume the lost run r of s's window
+// now, and up to where it is known lost, so that a run is one event
+// whatever the member's window and whenever its pieces became known (two
+// members that lose the same seqnos report the same ranges):
 //   - a run that reaches the window's capacity goes on up to lostTo (the
 //     holder's purge point a MSG_NOT_FOUND or merge gave, marked as purges
 //     make room): nothing beyond the capacity is held, so all of it is
-//     lost, and it is reported at once (later marks of it are consumed
-//     silently: reportLost never repeats a seqno); a departed sender's
-//     goes on through the ranges its cut declared lost that continue it
-//     (cutLostThrough, marked as purges make room too);
+//     lost; a live sender's is not decided beyond that point (drain makes
+//     it a pending event, pendingLost), a departed sender's goes on
+//     through the ranges its cut declared lost that continue it
+//     (cutLostThrough, marked as purges make room too) and is reported;
 //   - a live sender's run followed by a gap it still wants is not ready:
 //     the gap may turn out lost too (a later MSG_NOT_FOUND), and is
 //     repaired otherwise, which ends the run (a held seqno);
@@ -488,8 +615,16 @@ func (p *Protocol) deliver(s *sender, h Handler, seq uint64, m msg) {
 // reportLost reports [from, to] lost, widened to whole fragmented messages
 // and without repeating what was already reported.
 func (p *Protocol) reportLost(s *sender, h Handler, from, to uint64) {
-	r := &s.reasm
-	wasActive := r.active
+	from, wasActive := s.reasm.cutBy(from)
+	p.emitLost(s, h, from, to, wasActive)
+}
+
+// cutBy ends, for a lost event from from on, the reassembly under way and
+// an orphan point: the event takes their messages in (from widened down
+// to their first fragment). wasActive tells whether a reassembly was
+// under way.
+func (r *reassembly) cutBy(from uint64) (_ uint64, wasActive bool) {
+	wasActive = r.active
 	if wasActive { // the lost run cuts the message being reassembled
 		from = min(from, r.first)
 		r.active = false
@@ -498,6 +633,14 @@ func (p *Protocol) reportLost(s *sender, h Handler, from, to uint64) {
 		from = min(from, r.orphan)
 		r.orphan = 0
 	}
+	return from, wasActive
+}
+
+// emitLost reports [from, to] (from already widened by cutBy), widened to
+// the end of the fragmented message to lies inside and without repeating
+// what was already reported.
+func (p *Protocol) emitLost(s *sender, h Handler, from, to uint64, wasActive bool) {
+	r := &s.reasm
 	if s.win != nil {
 		if m, ok := s.win.Get(to + 1); ok && m.fc != 0 && m.fi != 0 {
 			first := to + 1 - uint64(m.fi)
@@ -521,6 +664,19 @@ func (p *Protocol) reportLost(s *sender, h Handler, from, to uint64) {
 	}
 	r.reported = to
 	r.lostTo = to
+	for len(s.bounds) > 0 && s.bounds[0] < to {
+		if b := s.bounds[0]; b >= from {
+			p.lostEvent(s, h, from, b)
+			from = b + 1
+		}
+		s.bounds = s.bounds[1:]
+	}
+	p.lostEvent(s, h, from, to)
+}
+
+// lostEvent tells h (and Config.OnLost) that s's seqnos [from, to] are
+// lost, and counts it.
+func (p *Protocol) lostEvent(s *sender, h Handler, from, to uint64) {
 	p.stats.LostRanges++
 	p.stats.LostMessages += to - from + 1
 	if p.cfg.OnLost != nil {

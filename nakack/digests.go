@@ -58,13 +58,14 @@ func (p *Protocol) WindowState(m digest.Member) (digest.Entry, bool) {
 // member's STABLE advertises at most the captured delivered values, so no
 // member purges past the captured point.
 //
-// A captured entry's Delivered also covers a lost run Poll has reported
-// beyond the window's delivered point (a run that reaches the window's
-// capacity is reported at once up to the holder's purge point, and the
-// window consumes the rest silently as purges make room): the application
-// has consumed those seqnos, so a state taken with the capture covers them,
-// and whoever installs the digest must neither wait for them nor report
-// them lost again.
+// A captured entry's Delivered is where the application stands
+// (sender.consumed): it covers a lost run Poll has reported beyond the
+// window's delivered point (the application has consumed those seqnos, so
+// a state taken with the capture covers them, and whoever installs the
+// digest must neither wait for them nor report them lost again), and
+// stops before a pending lost event the window has consumed but Poll has
+// not reported (pendingLost: the state lacks it, and whoever installs the
+// digest learns of it as this member will).
 func (p *Protocol) CaptureDigest(reason string, now time.Duration) (CaptureID, digest.Digest) {
 	es := p.appendDigest(nil)
 	for i := range es {
@@ -218,13 +219,25 @@ func (p *Protocol) installView(v View, d digest.Digest, merge bool, now time.Dur
 // shows them missing (Gaps), and the cut declares lost only what no
 // survivor holds. Reporting them anyway would leave this member with
 // another record of the sender than a survivor that delivered them.
+//
+// A pending lost event (pendingLost) is unwound first (unwindPending):
+// the application was not told of it, and a survivor may hold its seqnos.
 func (p *Protocol) depart(s *sender, now time.Duration) {
 	s.state = departed
-	if d := s.delivered(); s.win != nil && max(s.floor, s.lostTo) > d {
-		s.win.UnmarkLost(d+1, max(s.floor, s.lostTo))
-		s.floor, s.lostTo = min(s.floor, d), min(s.lostTo, d)
-		s.contig = d
-		s.advance()
+	if s.win != nil {
+		hi := max(s.floor, s.lostTo)
+		if s.pend.To != 0 {
+			hi = max(hi, p.unwindPending(s))
+		}
+		if d := s.delivered(); hi > d {
+			s.win.UnmarkLost(d+1, hi)
+			s.floor, s.lostTo = min(s.floor, d), min(s.lostTo, d)
+			s.contig = d
+			s.advance()
+			if s.contig > d {
+				p.markReady(s) // held messages the unwinding gave back
+			}
+		}
 	}
 	p.checkGaps(s, now)
 }
@@ -234,8 +247,15 @@ func (p *Protocol) depart(s *sender, now time.Duration) {
 // its cut declared lost that Poll has not reported are missing again, to
 // be fetched from the sender, which is alive and holds them (a merge
 // digest then marks lost what its side purged; what a MSG_NOT_FOUND or an
-// earlier merge made lost stays lost).
+// earlier merge made lost stays lost). If the cut ends a lost event there
+// (cutEndsLost), a survivor that reported before the sender came back
+// ended its event at the cut: the cut stays an event boundary here
+// (sender.bounds), so that a run found lost across it is reported in the
+// same ranges.
 func (p *Protocol) dropCut(s *sender, now time.Duration) {
+	if p.cutEndsLost(s) && (len(s.bounds) == 0 || s.bounds[len(s.bounds)-1] < s.cut) {
+		s.bounds = append(s.bounds, s.cut)
+	}
 	s.state, s.hasCut, s.cut = live, false, 0
 	if s.win != nil && len(s.cutLost) > 0 {
 		keep := max(s.lostTo, s.floor) // purged by the sender's side: lost for good
@@ -248,6 +268,37 @@ func (p *Protocol) dropCut(s *sender, now time.Duration) {
 	s.cutLost, s.cutStable = s.cutLost[:0], 0
 	p.dequeueRepair(s)
 	p.checkGaps(s, now)
+}
+
+// cutEndsLost reports whether departed sender s's cut, fixed and not
+// yet passed by what Poll reported, ends a lost event at the cut for
+// every survivor that reports up to it: the cut lies in a range it
+// declared lost, or inside a fragmented message that is lost (one that
+// goes on beyond the cut, lostAtCut, or with a fragment marked lost), as
+// far as this member's window holds the fragment at the cut.
+func (p *Protocol) cutEndsLost(s *sender) bool {
+	if !s.hasCut || s.cut <= s.reasm.reported || s.win == nil {
+		return false
+	}
+	for _, r := range s.cutLost {
+		if r.From <= s.cut && s.cut <= r.To {
+			return true
+		}
+	}
+	m, held := s.win.Get(s.cut)
+	if !held || m.fc == 0 {
+		return false
+	}
+	first := s.cut - uint64(m.fi)
+	if first+uint64(m.fc)-1 > s.cut {
+		return true
+	}
+	for q := first; q < s.cut; q++ {
+		if _, lost := s.win.LostRun(q); lost {
+			return true
+		}
+	}
+	return false
 }
 
 // resumeOrStart gives m, new in a view that brings no digest, a window: at
@@ -345,7 +396,11 @@ func (p *Protocol) mergeEntry(e digest.Entry, now time.Duration) {
 		// the cut; its fragments beyond it are reported from the cut+1.
 		s.reasm.reported, s.reasm.skipTo, s.reasm.lostTo = resume, resume, 0
 		if lost.To != 0 {
-			s.preLost = lost
+			// Reported once its end is decided, as a run the window
+			// found lost (pendingLost): the seqnos after it may turn
+			// out lost too (a later merge or MSG_NOT_FOUND).
+			s.pend = pendingLost{From: lost.From, To: lost.To, skipTo: resume}
+			s.reasm.skipTo = lost.To
 			p.markReady(s)
 		}
 		p.checkGaps(s, now)
@@ -500,18 +555,23 @@ func (p *Protocol) OverwriteDigest(d digest.Digest, now time.Duration) error {
 		// no longer skipped silently (reported lost if it cannot be
 		// delivered, as after any overwrite).
 		s.reasm.joinedAt = 0
+		// A pending lost event is part of what the digest rewinds or
+		// skips (or, at the window's point, of the installed state);
+		// what lies beyond the window's point is reported afresh.
+		if s.pend.To != 0 {
+			s.reasm.skipTo = min(s.reasm.skipTo, max(s.pend.skipTo, hd))
+			s.pend = pendingLost{}
+		}
 		switch {
 		case target < hd:
 			if err := w.Rewind(target); err != nil { // checked above: cannot happen
 				errs = append(errs, fmt.Errorf("overwrite %v: %w", s.m, err))
 			}
 			s.reasm.reset()
-			s.preLost = wire.Range{}
 			p.markReady(s)
 		case target > hd:
 			p.skipTo(s, target)
 			s.reasm.reset()
-			s.preLost = wire.Range{}
 			s.contig = max(s.contig, target)
 			s.floor = max(s.floor, target)
 		case s.reasm.active:
@@ -598,10 +658,11 @@ func (p *Protocol) CompleteCut(m digest.Member, cut uint64, now time.Duration) e
 	if (s.reasm.active || s.reasm.orphan != 0) && s.delivered() >= cut {
 		p.markReady(s) // Poll reports the message the cut ends inside (lostAtCut)
 	}
-	if s.contig > s.delivered() {
+	if s.contig > s.delivered() || s.pend.To != 0 {
 		// A lost run held back while the sender was live (lostChain: a
-		// message after it with a fragment missing) is decided by the
-		// cut, even if no repair or declaration follows.
+		// message after it with a fragment missing, or a pending event)
+		// is decided by the cut, even if no repair or declaration
+		// follows.
 		p.markReady(s)
 	}
 	p.checkGaps(s, now)
@@ -678,8 +739,9 @@ func (p *Protocol) skipDeclared(s *sender, to uint64) {
 }
 
 // Consumed returns where the application stands in m's stream (false: no
-// window): the window's delivered point, or the end of a lost run Poll
-// reported beyond it (sender.consumed). A departed sender's cut is
+// window): the window's delivered point, the end of a lost run Poll
+// reported beyond it, or the seqno before a pending lost event
+// (sender.consumed). A departed sender's cut is
 // complete here once it reaches the cut, although the window may not:
 // its capacity stopped it below a run the cut declared lost.
 func (p *Protocol) Consumed(m digest.Member) (uint64, bool) {
@@ -692,12 +754,13 @@ func (p *Protocol) Consumed(m digest.Member) (uint64, bool) {
 
 // CutPending reports whether Poll still has to report something of
 // departed sender m up to its cut although its delivered point reached the
-// cut: a fragmented message that the cut ends inside (lostAtCut). A
+// cut: a fragmented message that the cut ends inside (lostAtCut), or a
+// pending lost event (pendingLost). A
 // survivor acknowledges the cut only once it is false, since CloseWindow
 // drops what Poll has not reported.
 func (p *Protocol) CutPending(m digest.Member) bool {
 	s := p.senders[m]
-	return s != nil && !s.own && s.hasCut && (s.reasm.active || s.reasm.orphan != 0)
+	return s != nil && !s.own && s.hasCut && (s.reasm.active || s.reasm.orphan != 0 || s.pend.To != 0)
 }
 
 // lostAtCut is Poll's step once departed sender s's delivered point
@@ -809,7 +872,12 @@ func (p *Protocol) CloseWindow(m digest.Member) (int, error) {
 	}
 	// The window's own point (it may lie inside a message never
 	// delivered) or, beyond it, the end of a lost run already reported.
-	p.rememberClosed(m, max(s.delivered(), s.consumed()))
+	// A pending lost event was not reported: the point before it.
+	at := max(s.delivered(), s.consumed())
+	if s.pend.To != 0 {
+		at = s.consumed()
+	}
+	p.rememberClosed(m, at)
 	n := 0
 	if s.win != nil {
 		n = p.skipWin(s, s.win.Received()+1)

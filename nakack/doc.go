@@ -152,8 +152,9 @@
 // re-arms a window with a known gap and no timer. Lost ranges obey the same
 // limit: a MSG_NOT_FOUND or merge digest whose Low lies beyond
 // low+RecvWindow marks what fits at once and the rest as purges make room;
-// nothing beyond the window's capacity can be held, so Poll reports the
-// whole range at once and consumes the later marks silently. A departed
+// a lost run that reaches the window's capacity is consumed by the window
+// silently and kept as one pending event, reported once its end is known
+// (below). A departed
 // sender's window is no longer purged by STABILITY (it is closed after its
 // cut); its cut carries a stable point instead, what every survivor that
 // reported a window had delivered, and PurgeCut purges up to it. A lost
@@ -167,9 +168,9 @@
 // all the same: the window cannot move, but the application has consumed
 // the stream up to the cut (Consumed), which completes the cut there. A
 // digest captured for a state transfer and the point a closed window is
-// remembered at count such runs, and runs reported at once beyond the
-// capacity, as consumed (nothing the application was told is delivered
-// or reported again). A survivor that
+// remembered at count such runs as consumed (nothing the application was
+// told is delivered or reported again), and a pending event as not
+// consumed (nothing it was not told is skipped). A survivor that
 // received less of a departed sender than another by more than its
 // RecvWindow above the stable point, with seqnos beyond its window that
 // another survivor holds (one that was ahead, or a joiner whose window
@@ -188,19 +189,24 @@
 // low is requested again. A lost run is one event whatever the member's
 // window and whenever its pieces became known, so that members that lose
 // the same seqnos report the same ranges: Poll reports it once the seqno
-// after it is held (or the run reaches the highest seqno known, or the
-// window's capacity, above), not while a gap that may still turn out lost
-// follows it (a later MSG_NOT_FOUND of a sender that purged more). One
-// exception: a run that reaches the window's capacity is reported at once
-// up to the purge point known then (nothing beyond the capacity can be
-// held to find where it ends), so if the sender's purge point becomes
-// known in steps (ForcePurge twice while we ask; a partition that heals
-// and splits again, each merge digest or MSG_NOT_FOUND naming a later
-// point) the member that learned the first point reports [17,32] then
-// [33,48] where one that learned only the second reports [17,48]: the
-// same seqnos, each once, in two events (heavy whole-group seeds 2151,
-// 11088, 12165, 16224 show it; sim's checkBoundaries still asserts the
-// promise, so they fail it). The
+// after it is held (or the run reaches the highest seqno known), not
+// while a gap that may still turn out lost follows it (a later
+// MSG_NOT_FOUND of a sender that purged more). A run that reaches the
+// window's capacity cannot be decided there (nothing beyond the capacity
+// can be held): the window consumes it silently, so that its delivered
+// point (what STABLE reports) moves and stability makes room, and it stays
+// one pending event that goes on over what is found lost right after it
+// as purges make room (marks up to the purge point known, or a later
+// MSG_NOT_FOUND or merge digest), reported once its end is decided as
+// above. So if the sender's purge point becomes known in steps (ForcePurge
+// twice while we ask; a partition that heals and splits again, each merge
+// digest or MSG_NOT_FOUND naming a later point), the member that learned
+// the first point reports the same range as one that learned only the
+// second. The range a merge reports lost before a window's start (what
+// the other side purged) is such a pending event too. While an event is
+// pending, the application has not consumed it: Consumed, a captured
+// digest and a closed window's point stand before it, and CutPending
+// holds a departed sender's cut back until it is reported. The
 // run takes in every fragmented message it makes undeliverable, with the
 // fragments of it this member holds, and the lost runs right after such
 // a message (lostChain): a member that holds a fragment of a lost message
@@ -214,7 +220,11 @@
 // member's report to the coordinator shows them, and the cut declares
 // lost only what no survivor holds, so a member told of a loss it had not
 // reported yet ends with the same record of the sender as a survivor that
-// delivered those seqnos. A MSG_NOT_FOUND is logged
+// delivered those seqnos. So are the seqnos a pending event made the
+// window consume, as far as the window still retains them (its low has
+// not passed them): the window goes back to the seqno before the event.
+// What lies at or below its low stays the start of the event (every
+// member's window passed it), which the cut then ends. A MSG_NOT_FOUND is logged
 // once at WARN (Config.Logger) with our window, the sender's digest and
 // our digest history. One from anyone else,
 // for another view, for another requester, or that would move nothing, is
@@ -404,7 +414,8 @@
 // closed after a cut resumes at the remembered delivered point, one never
 // seen starts at 0; what lies between that point and the holder's Low
 // (digest entry) is reported lost once, before anything else of that
-// sender, and the rest up to the digest's Received is fetched. Nothing is
+// sender (a pending event, which goes on over what turns out lost right
+// after it), and the rest up to the digest's Received is fetched. Nothing is
 // skipped silently, and no window is ever created at 0 for a member that
 // has purged. A member that missed the merge view and installs the next,
 // regular, view resumes the windows it closed at their closed points too
@@ -413,6 +424,12 @@
 // view is live again and keeps its window; what its cut declared lost and
 // Poll has not reported yet is fetched from it instead (it is alive and
 // holds it), since the cut is dropped with its declarations (dropCut).
+// A survivor that reported up to the cut before the sender came back
+// ended its lost event there (a declared range or a lost fragmented
+// message reaching the cut); one that had not, if the cut it fixed ends
+// such an event (as far as its window tells), still ends a lost event
+// that spans the cut at the cut, so that both report the same ranges
+// when what follows the cut turns out lost too (the sender purged it).
 //
 // ForcePurge purges a window regardless of stability: it exists for tests
 // and operators only (it is how seeds 000-002 reach MSG_NOT_FOUND).

@@ -77,6 +77,11 @@ type sender struct {
 	// cutStable: departed, what every survivor of the cut that reported a
 	// window had delivered (PurgeCut): nobody asks for it again.
 	cutStable uint64
+	// bounds: the cuts this member had fixed for the sender when a view
+	// brought it back (dropCut), ascending, above what Poll has reported.
+	// A lost event never spans one: survivors that reported before the
+	// sender came back ended their event at the cut (emitLost).
+	bounds []uint64
 
 	// NAK timer: one per window, two deadlines. Gaps at or below reqTo
 	// (already requested, by us or by another member whose request
@@ -102,10 +107,10 @@ type sender struct {
 	stamps  []stamp // repair linger (own and departed windows)
 	reasm   reassembly
 
-	// preLost is a lost range below the window's start, reported by Poll
-	// before anything the window holds (a merge: what the other side
-	// purged before the point where this member resumes). Zero: none.
-	preLost wire.Range
+	// pend is a lost event that reaches the window's capacity and whose
+	// end is not decided yet (pendingLost): the window consumes its seqnos
+	// silently, the application is told once its end is known.
+	pend pendingLost
 	// discarded is the highest seqno a Skip threw away: the window cannot
 	// be rewound below it (OverwriteDigest checks it).
 	discarded uint64
