@@ -179,8 +179,7 @@
 // need it. CutBlocked says so (received up to the capacity, below the
 // cut); gms then reports the survivor's delivered point to the
 // coordinator, which raises the cut's stable point once every survivor
-// delivered past it, and PurgeCut makes the room (heavy whole-group seeds
-// 21669, 29127).
+// delivered past it, and PurgeCut makes the room.
 //
 // MSG_NOT_FOUND from the original sender for the current view marks what the
 // sender purged (the seqnos above our delivered, at or below its low, that we

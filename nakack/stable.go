@@ -415,7 +415,9 @@ func (p *Protocol) alignStable(now time.Duration) {
 // only on STABILITY.
 func (p *Protocol) SendLimit() uint64 {
 	lim := p.own.low() + uint64(p.cfg.SendWindow)
-	if p.hasView && len(p.view.Members) > 1 && p.groupLow <= math.MaxUint64-uint64(p.cfg.RecvWindow) {
+	// groupLow never exceeds what we sent (applyStability caps it), so
+	// the sum cannot wrap.
+	if p.hasView && len(p.view.Members) > 1 {
 		lim = min(lim, p.groupLow+uint64(p.cfg.RecvWindow))
 	}
 	return lim
