@@ -52,6 +52,18 @@ func (p *Protocol) Receive(buf *wire.Buffer, now time.Duration) error {
 }
 
 func (p *Protocol) onData(buf *wire.Buffer, h wire.Header, body []byte, now time.Duration) error {
+	dh, err := wire.DecodeDataHead(h, body)
+	if err != nil {
+		p.stats.Drops.Malformed++
+		return err
+	}
+	if s := p.senders[dh.Origin]; s != nil && !s.own && s.state != departed {
+		r0 := p.stats.Received
+		if p.insertFresh(s, buf, &dh, now) {
+			p.countRepairs(h, r0)
+			return nil
+		}
+	}
 	d, offs, err := wire.DecodeDataOffsets(h, body, p.offs)
 	p.offs = offs
 	if err != nil {
@@ -166,14 +178,76 @@ func (p *Protocol) insertDeparted(s *sender, from digest.Member, buf *wire.Buffe
 			p.countAddResult(w.Has(seq), seq <= w.Delivered())
 		}
 	}
-	p.holdRef(s, ref, added, d.Last())
+	p.stored(s, ref, lowest, d.Last(), added, now)
+	p.creditStable(s, c0, d.First, uint64(d.Count), size, now)
+}
+
+// insertFresh is insertData's path for the common case, a live sender's
+// datagram whose whole run is new to s's window and lies in one stretch of
+// its slots (ring.Window.Reserve): its messages are checked and written
+// into the slots in the one walk over their lengths, where the general
+// path walks them to decode, fills a scratch and copies it into the
+// window. false: the run is not such a run, or the datagram is malformed;
+// nothing changed, and onData takes its general path (which decodes it
+// again, and counts and returns a malformed datagram's error).
+func (p *Protocol) insertFresh(s *sender, buf *wire.Buffer, d *wire.DataHead, now time.Duration) bool {
+	w := s.window()
+	slots := w.Reserve(d.First, d.Count)
+	if slots == nil {
+		return false
+	}
+	ref := p.newRef(buf)
+	body := d.Body()
+	base, at := offsetIn(buf, body), d.Start()
+	for i := range slots {
+		off, n, next, ok := wire.NextMsg(body, at)
+		if !ok {
+			clear(slots[:i])
+			p.dropRef(ref)
+			return false
+		}
+		slots[i] = msg{ref: ref, off: base + uint32(off), n: uint32(n)}
+		at = next
+	}
+	if at != len(body) {
+		clear(slots)
+		p.dropRef(ref)
+		return false
+	}
+	last := d.First + uint64(d.Count) - 1
+	c0 := p.noteData(s, d.First, last, now)
+	w.Commit(d.First, d.Count)
+	p.stored(s, ref, d.First, last, d.Count, now)
+	p.creditStable(s, c0, d.First, uint64(d.Count), len(body), now)
+	return true
+}
+
+// noteData records a data datagram of s carrying first..last before its
+// messages are stored, and returns s's contiguous point before them (for
+// creditStable).
+func (p *Protocol) noteData(s *sender, first, last uint64, now time.Duration) uint64 {
+	c0 := max(s.contig, s.delivered(), s.floor)
+	if last > s.highest {
+		s.highest = last
+	}
+	if s.inRQ {
+		p.stampDeparted(s, first, last, now)
+	}
+	return c0
+}
+
+// stored accounts for the added messages of a datagram (seqnos first..last,
+// buffer reference ref) stored in s's window: the reference is held for
+// them (or returned when none was stored), contig and readiness move, and
+// gaps are checked.
+func (p *Protocol) stored(s *sender, ref *dref, first, last uint64, added int, now time.Duration) {
+	p.holdRef(s, ref, added, last)
 	p.dropRef(ref)
 	if added > 0 {
 		p.stats.Received += uint64(added)
-		p.inserted(s, lowest)
+		p.inserted(s, first)
 	}
 	p.checkGaps(s, now)
-	p.creditStable(s, c0, d.First, uint64(d.Count), size, now)
 }
 
 // insertData inserts a bundle's run into s's window, one AddRun per
@@ -183,13 +257,7 @@ func (p *Protocol) insertDeparted(s *sender, from digest.Member, buf *wire.Buffe
 // (creditStable).
 func (p *Protocol) insertData(s *sender, buf *wire.Buffer, d *wire.Data, body []byte, offs []uint32, now time.Duration) {
 	w := s.window()
-	c0 := max(s.contig, s.delivered(), s.floor)
-	if last := d.Last(); last > s.highest {
-		s.highest = last
-	}
-	if s.inRQ {
-		p.stampDeparted(s, d.First, d.Last(), now)
-	}
+	c0 := p.noteData(s, d.First, d.Last(), now)
 	first := d.First
 	added := 0
 	ref := p.newRef(buf)
@@ -209,13 +277,7 @@ func (p *Protocol) insertData(s *sender, buf *wire.Buffer, d *wire.Data, body []
 		}
 		first += uint64(n)
 	}
-	p.holdRef(s, ref, added, d.Last())
-	p.dropRef(ref)
-	if added > 0 {
-		p.stats.Received += uint64(added)
-		p.inserted(s, d.First)
-	}
-	p.checkGaps(s, now)
+	p.stored(s, ref, d.First, d.Last(), added, now)
 	p.creditStable(s, c0, d.First, uint64(d.Count), len(body), now)
 }
 

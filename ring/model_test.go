@@ -59,6 +59,35 @@ func (m *model) addRun(first uint64, vs []uint64) RunResult {
 	return r
 }
 
+// fresh reports whether every seqno of the n from first could be added
+// (above delivered, within the capacity, neither held nor lost).
+func (m *model) fresh(first uint64, n int) bool {
+	for seq := first; seq < first+uint64(n); seq++ {
+		_, held := m.held[seq]
+		if seq <= m.delivered || seq-m.low > m.capacity || held || m.lost[seq] {
+			return false
+		}
+	}
+	return true
+}
+
+// reserveRun inserts vs at first as nakack does: Reserve, fill and Commit
+// when the window offers the slots, AddRun otherwise. The window must offer
+// them exactly when the run is fresh in the model and does not wrap.
+func reserveRun(t *testing.T, w *Window[uint64], m *model, first uint64, vs []uint64, msg string) {
+	t.Helper()
+	want := len(vs) > 0 && m.fresh(first, len(vs)) && first&w.mask+uint64(len(vs)) <= w.capacity
+	slots := w.Reserve(first, len(vs))
+	require.Equal(t, want, slots != nil, msg)
+	if slots == nil {
+		require.Equal(t, m.addRun(first, vs), w.AddRun(first, vs), msg)
+		return
+	}
+	require.Equal(t, RunResult{Added: len(vs)}, m.addRun(first, vs), msg)
+	copy(slots, vs)
+	w.Commit(first, len(vs))
+}
+
 func (m *model) settled(seq uint64) bool {
 	_, ok := m.held[seq]
 	return ok || m.lost[seq]
@@ -219,10 +248,14 @@ func runModel(t *testing.T, capacity int, start, seed uint64, steps int) {
 		case op < 30:
 			s := around()
 			require.Equal(t, m.add(s, val(s)), w.Add(s, val(s)), msg)
-		case op < 45:
+		case op < 38:
 			first := around()
 			n := rng.IntN(capacity + 3)
 			require.Equal(t, m.addRun(first, vals(first, n)), w.AddRun(first, vals(first, n)), msg)
+		case op < 45:
+			first := around()
+			n := rng.IntN(capacity + 3)
+			reserveRun(t, w, m, first, vals(first, n), msg)
 		case op < 55:
 			ws, wv, wok := w.Remove()
 			ms, mv, mok := m.remove()

@@ -116,6 +116,10 @@ func TestWindowSPSCStress(t *testing.T) {
 					case Full:
 						res.Full = true
 					}
+				} else if slots := w.Reserve(r.first, r.n); slots != nil && prng.IntN(2) == 0 {
+					copy(slots, buf[:r.n]) // in place, as nakack stores a run in order
+					w.Commit(r.first, r.n)
+					res.Added = r.n
 				} else {
 					res = w.AddRun(r.first, buf[:r.n])
 				}

@@ -269,6 +269,55 @@ func (w *Window[T]) AddRun(first uint64, vals []T) RunResult {
 	return r
 }
 
+// Reserve returns the slots of seqnos first..first+n-1 for the producer
+// to fill in place, when the whole run is fresh (above delivered and
+// floor, neither held nor lost), fits (at or below Low()+Capacity()) and
+// does not wrap past the end of the slots; nil otherwise (n of 0 too),
+// for AddRun. It stores nothing: Commit(first, n) makes the filled slots
+// held, in one step like AddRun's. A caller that does not commit must
+// zero the slots it wrote (slots not held stay zero). Filling the
+// returned slots instead of a buffer that AddRun copies saves a copy of
+// every entry of a run received in order. Producer side, and no other
+// producer call may come between Reserve and Commit.
+func (w *Window[T]) Reserve(first uint64, n int) []T {
+	if n <= 0 || first <= max(w.floor, w.delivered.Load()) {
+		return nil
+	}
+	last := first + uint64(n) - 1
+	if last < first || last > w.low.Load()+w.capacity {
+		return nil
+	}
+	idx := first & w.mask
+	if idx+uint64(n) > w.capacity {
+		return nil
+	}
+	for k := uint64(0); k < uint64(n); {
+		i := idx + k
+		s := w.span(i, uint64(n)-k)
+		if w.word(selSettled, i>>6)&wordMask(i&63, s) != 0 {
+			return nil
+		}
+		k += s
+	}
+	return w.slots[idx : idx+uint64(n) : idx+uint64(n)]
+}
+
+// Commit makes held the run of n seqnos from first that Reserve returned
+// and the caller filled: their presence bits are set (release: the
+// consumer reads a slot after its bit) and Received raised. Producer side.
+func (w *Window[T]) Commit(first uint64, n int) {
+	idx := first & w.mask
+	for k := uint64(0); k < uint64(n); {
+		i := idx + k
+		s := w.span(i, uint64(n)-k)
+		w.present[i>>6].Or(wordMask(i&63, s))
+		k += s
+	}
+	if last := first + uint64(n) - 1; last > w.received {
+		w.received = last
+	}
+}
+
 // Get returns the entry retained at seq: held (delivered or not), above low
 // and not lost. Producer side (the same goroutine as Purge).
 func (w *Window[T]) Get(seq uint64) (T, bool) {

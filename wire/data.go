@@ -153,6 +153,64 @@ func decodeData(h Header, body []byte, offs []uint32, record bool) (Data, []uint
 	return Data{Origin: origin, First: first, Count: int(count), msgs: rest}, offs, nil
 }
 
+// DataHead is a DATA datagram whose fixed part is checked and whose
+// messages are not yet: a receiver walks them with NextMsg from Start,
+// checking and storing each in one pass, and accepts the datagram only if
+// the walk ends at the end of Body. Count steps of NextMsg that all
+// succeed and end there accept exactly what DecodeData accepts, with the
+// same Origin, First and Count; any failure is a datagram DecodeData
+// rejects (decode it to learn which error).
+type DataHead struct {
+	Origin digest.Member
+	First  uint64
+	Count  int
+	body   []byte
+	start  int // where the first message's length prefix lies in body
+}
+
+// DecodeDataHead decodes and checks the fixed part of a DATA datagram's
+// body (h and body as returned by DecodeHeader), not its messages. Its
+// errors are DecodeData's for the fixed part.
+func DecodeDataHead(h Header, body []byte) (DataHead, error) {
+	fix, rest, err := split(h, body, TypeData, DataFixed)
+	if err != nil {
+		return DataHead{}, err
+	}
+	first := binary.LittleEndian.Uint64(fix)
+	origin := getMember(fix[8:])
+	count := binary.LittleEndian.Uint32(fix[20:])
+	if first == 0 || count == 0 || origin.IsZero() || first-1 > math.MaxUint64-uint64(count) {
+		return DataHead{}, ErrMalformed
+	}
+	if uint64(count) > uint64(len(rest)/MsgOverhead) {
+		return DataHead{}, ErrTruncated
+	}
+	return DataHead{Origin: origin, First: first, Count: int(count), body: body, start: len(body) - len(rest)}, nil
+}
+
+// Body returns the datagram's body, in which NextMsg walks.
+func (d *DataHead) Body() []byte { return d.body }
+
+// Start returns where the first message lies in Body.
+func (d *DataHead) Start() int { return d.start }
+
+// NextMsg reads the message at at in a DATA body (Start, then each step's
+// next): where its payload starts, its length and where the next message
+// lies. ok is false if its length prefix or its payload runs past body.
+// A loop of NextMsg keeps its position in registers, where a cursor
+// struct would live in memory.
+func NextMsg(body []byte, at int) (off, n, next int, ok bool) {
+	if at < 0 || len(body)-at < MsgOverhead {
+		return 0, 0, 0, false
+	}
+	n = int(binary.LittleEndian.Uint16(body[at:]))
+	next = at + MsgOverhead + n
+	if next > len(body) {
+		return 0, 0, 0, false
+	}
+	return at + MsgOverhead, n, next, true
+}
+
 // DataWriter builds a DATA datagram in a caller's buffer: Reset, then Append
 // or Claim messages until one does not fit, then Finish. The zero value
 // accepts nothing until Reset. A DataWriter does not allocate.

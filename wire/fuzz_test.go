@@ -74,7 +74,42 @@ func FuzzDecodeData(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkRoundTrip(t, b, TypeData)
 		checkDataOffsets(t, b)
+		checkDataHead(t, b)
 	})
+}
+
+// checkDataHead: DecodeDataHead and Count steps of NextMsg ending at the
+// body's end accept exactly what DecodeData accepts, with the same fields
+// and payloads.
+func checkDataHead(t *testing.T, b []byte) {
+	if len(b) > 2 {
+		b = bytes.Clone(b)
+		b[2] = byte(TypeData)
+	}
+	h, body, err := DecodeHeader(b, testGroup)
+	if err != nil {
+		return
+	}
+	d, err := DecodeData(h, body)
+	dh, herr := DecodeDataHead(h, body)
+	if herr != nil {
+		require.Equal(t, err, herr, "a fixed part DecodeDataHead rejects")
+		return
+	}
+	if err == nil {
+		require.Equal(t, []any{d.Origin, d.First, d.Count}, []any{dh.Origin, dh.First, dh.Count})
+	}
+	it := d.Messages()
+	ok, at := true, dh.Start()
+	for i := 0; i < dh.Count && ok; i++ {
+		var off, n int
+		off, n, at, ok = NextMsg(dh.Body(), at)
+		if ok && err == nil {
+			p, _ := it.Next()
+			require.Equal(t, p, body[off:off+n], "message %d", i)
+		}
+	}
+	require.Equal(t, err == nil, ok && at == len(dh.Body()))
 }
 
 // checkDataOffsets: DecodeDataOffsets decodes exactly what DecodeData does
