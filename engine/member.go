@@ -376,6 +376,13 @@ func (m *Member) Send(ctx context.Context, payload []byte) error {
 	if m.sendInPlace(payload) {
 		return nil // TrySend's fast path, without its call
 	}
+	return m.sendGeneral(ctx, payload)
+}
+
+// sendGeneral is Send after its fast path declined: a function of its
+// own, so that Send stays small enough to inline into its caller, and
+// its fast path does not set up the frame the waits below need.
+func (m *Member) sendGeneral(ctx context.Context, payload []byte) error {
 	err := m.trySendGeneral(payload)
 	if err != ErrBackPressure {
 		return err

@@ -46,6 +46,9 @@ func (p *Protocol) SendDatagram(b *wire.Buffer, count, end int, now time.Duratio
 	if err := w.Reset(b.B[:min(len(b.B), p.cfg.MaxDatagram)], p.hdr, p.self, first); err != nil {
 		return 0, err
 	}
+	if done, err := p.sendInPlace(b, &w, count, end, now); done || err != nil {
+		return first, err
+	}
 	if err := w.Adopt(count, end, nil); err != nil {
 		return 0, err
 	}
@@ -68,6 +71,92 @@ func (p *Protocol) SendDatagram(b *wire.Buffer, count, end int, now time.Duratio
 	return first, nil
 }
 
+// sendInPlace is SendDatagram's path for the common case: the run's
+// slots in the own window can be reserved (ring.Window.Reserve: no wrap)
+// and flow control and the rate limit let the whole run go. The one walk
+// over the length prefixes checks the layout and writes the window's
+// entries in place, where the general path walks to check (wire Adopt),
+// walks again to fill a scratch, copies it into the window and clears
+// it. done false with a nil error: not such a run, nothing changed (the
+// general path decides); a malformed layout is ErrMalformed, changing
+// nothing.
+func (p *Protocol) sendInPlace(b *wire.Buffer, w *wire.DataWriter, count, end int, now time.Duration) (done bool, err error) {
+	aw := *w // adopted only if this path sends: the general path adopts w itself
+	if err := aw.AdoptWalked(count, end); err != nil {
+		return false, err
+	}
+	first := p.nextSeq
+	win := p.own.win
+	slots := win.Reserve(first, count)
+	if slots == nil {
+		return false, nil
+	}
+	ref := p.newRef(b)
+	msgs := b.B[:end]
+	at, total := wire.DataOverhead, uint64(0)
+	for i := range slots {
+		off, n, next, ok := wire.NextMsg(msgs, at)
+		if !ok {
+			clear(slots[:i])
+			p.dropRef(ref)
+			return false, wire.ErrMalformed
+		}
+		slots[i] = msg{ref: ref, off: uint32(off), n: uint32(n)}
+		total += uint64(n)
+		at = next
+	}
+	if at != end {
+		clear(slots)
+		p.dropRef(ref)
+		return false, wire.ErrMalformed
+	}
+	if !p.admitAll(total, uint64(slots[0].n), now) {
+		clear(slots)
+		p.dropRef(ref)
+		return false, nil
+	}
+	p.Flush(now) // publishes the open bundle's earlier seqnos: not these slots
+	d := aw.Finish()
+	win.Commit(first, count)
+	p.accountOwn(first, slots)
+	p.ownStored(ref, count, count)
+	p.emit(digest.Member{}, b, len(d))
+	p.stats.Sent += uint64(count)
+	p.stats.Bundles++
+	p.sentData(now)
+	return true, nil
+}
+
+// accountOwn accounts for the own messages in ms (seqnos first..), just
+// sent, in flow control and the rate limit, as took does.
+func (p *Protocol) accountOwn(first uint64, ms []msg) {
+	f := &p.fl
+	sent0 := f.sent
+	if f.limit > 0 {
+		for i := range ms {
+			f.sent += uint64(ms[i].n)
+			f.cum[(first+uint64(i))&f.mask] = f.sent
+		}
+	} else {
+		for i := range ms {
+			f.sent += uint64(ms[i].n)
+		}
+	}
+	f.spend(sent0)
+}
+
+// ownStored completes the store of count own messages from seqno
+// NextSeq() on (their datagram's reference ref; added of them stored in
+// the own window): NextSeq moves past them, the reference is held, and
+// the own sender's readiness for delivery to self follows.
+func (p *Protocol) ownStored(ref *dref, count, added int) {
+	p.nextSeq += uint64(count)
+	p.holdRef(p.own, ref, added, p.nextSeq-1)
+	p.dropRef(ref)
+	p.own.highest = p.nextSeq - 1
+	p.markReady(p.own)
+}
+
 // storeOwnDatagram stores the count messages laid out in b from
 // wire.DataOverhead (checked by wire Adopt) as the own seqnos first..
 // (one run of the own window, one dref for b), advances NextSeq past them
@@ -86,11 +175,7 @@ func (p *Protocol) storeOwnDatagram(b *wire.Buffer, count int, first uint64) {
 		f.account(first+uint64(i), uint64(n))
 	}
 	f.spend(sent0)
-	p.nextSeq = first + uint64(count)
 	r := p.own.win.AddRun(first, pend)
 	clear(pend)
-	p.holdRef(p.own, ref, r.Added, p.nextSeq-1)
-	p.dropRef(ref)
-	p.own.highest = p.nextSeq - 1
-	p.markReady(p.own)
+	p.ownStored(ref, count, r.Added)
 }

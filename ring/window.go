@@ -277,8 +277,9 @@ func (w *Window[T]) AddRun(first uint64, vals []T) RunResult {
 // held, in one step like AddRun's. A caller that does not commit must
 // zero the slots it wrote (slots not held stay zero). Filling the
 // returned slots instead of a buffer that AddRun copies saves a copy of
-// every entry of a run received in order. Producer side, and no other
-// producer call may come between Reserve and Commit.
+// every entry of a run received in order. Producer side; between Reserve
+// and Commit the producer may add entries at other seqnos (Add, AddRun)
+// but must not purge, skip or rewind.
 func (w *Window[T]) Reserve(first uint64, n int) []T {
 	if n <= 0 || first <= max(w.floor, w.delivered.Load()) {
 		return nil

@@ -304,8 +304,7 @@ func (w *DataWriter) Grow(buf []byte) error {
 // ps, if they do not end at end, if the messages do not fit before the
 // trailer, if ps is too short or if messages were added already.
 func (w *DataWriter) Adopt(count, end int, ps [][]byte) error {
-	if w.buf == nil || w.count != 0 || count < 1 || uint64(count) > w.maxCount || end > w.limit ||
-		(ps != nil && len(ps) < count) {
+	if !w.adoptable(count, end) || (ps != nil && len(ps) < count) {
 		return ErrMalformed
 	}
 	off := w.off
@@ -320,6 +319,27 @@ func (w *DataWriter) Adopt(count, end int, ps [][]byte) error {
 		}
 	}
 	if off != end {
+		return ErrMalformed
+	}
+	w.off, w.count = end, count
+	return nil
+}
+
+// adoptable reports whether count messages ending at end could be
+// adopted: nothing added yet, a count the run allows, and an end before
+// the trailer.
+func (w *DataWriter) adoptable(count, end int) bool {
+	return w.buf != nil && w.count == 0 && count >= 1 && uint64(count) <= w.maxCount && end <= w.limit
+}
+
+// AdoptWalked is Adopt for a caller that checked the layout itself in its
+// own walk over the length prefixes (NextMsg from DataOverhead: count
+// messages ending exactly at end), storing what it needs of each message
+// as it went. It fails with ErrMalformed, changing nothing, where Adopt
+// would fail before its walk; call it before that walk, so that the walk
+// is the only check left.
+func (w *DataWriter) AdoptWalked(count, end int) error {
+	if !w.adoptable(count, end) {
 		return ErrMalformed
 	}
 	w.off, w.count = end, count
