@@ -113,9 +113,12 @@ type Config struct {
 	UnicastNaks bool
 
 	// RepairLinger: a repeat request for a seqno repaired within it is
-	// ignored (several receivers asked for the same loss). Default 5ms.
-	// Scaled to the view like NakJitter: none in a view of two, where a
-	// repeat can only be the lone receiver's retry of a lost repair.
+	// ignored (several receivers asked for the same loss, or the network
+	// duplicated a request). Default 5ms. Scaled to the view like
+	// NakJitter, but in a view of two, where a repeat is either the lone
+	// receiver's retry of a lost repair or a network copy of its request,
+	// half the retry interval (at most RepairLinger): the retry is
+	// answered, the copy is not.
 	RepairLinger time.Duration
 	// RepairBudget is how many messages may be repaired per RepairInterval
 	// (excess counted and left to the next request). Default 65536.

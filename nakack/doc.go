@@ -122,7 +122,8 @@
 // retry interval and the sender's Config.RepairLinger (repeat requests it
 // ignores) scale the same way, the interval down to a quarter: in a view of
 // two a lost repair is asked for again after NakInterval/4, and the
-// sender answers it. Requests
+// sender answers it, while it ignores a network copy of the request that
+// comes within half that interval (the linger of a view of two). Requests
 // are multicast unless Config.UnicastNaks; a member that sees another
 // member's request covering its oldest or its first new gap backs off as if
 // it had sent it (suppression); the arrival of the data cancels the request.

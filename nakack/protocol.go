@@ -481,15 +481,25 @@ func (p *Protocol) jitter() time.Duration { return p.spread(p.nakJitter) }
 // scaledRetry returns NakInterval and RepairLinger for a view of n
 // members, scaled like the jitter (peerShare): the whole of them from
 // NakJitterPeers other receivers on; below, RepairLinger in proportion
-// (none in a view of two: the lone receiver's repeat is a retry, never a
-// duplicate of another receiver's request) and NakInterval in proportion
-// but at least a quarter of it (a view of two retries a lost repair
-// after NakInterval/4: 2.5ms with the engine's default 10ms, instead of
-// a full NakInterval during which the sender's retention window fills).
+// and NakInterval in proportion but at least a quarter of it (a view of
+// two retries a lost repair after NakInterval/4: 2.5ms with the engine's
+// default 10ms, instead of a full NakInterval during which the sender's
+// retention window fills).
+//
+// In a view of two no other receiver asks for the same loss, but the
+// network may still duplicate or delay a copy of the lone receiver's
+// request, and answering that copy repairs again what was just repaired.
+// The receiver's own retry comes a whole retry interval after its
+// request, so there the linger is half that interval (at most
+// RepairLinger): a repeat sooner than that is a copy, and the margin for
+// delay variation is the same either way.
 func scaledRetry(c *Config, n int) (interval, linger time.Duration) {
 	num, den := peerShare(c, n)
 	interval = max(c.NakInterval*time.Duration(num)/time.Duration(den), c.NakInterval/4)
 	linger = c.RepairLinger * time.Duration(num) / time.Duration(den)
+	if num == 0 {
+		linger = min(c.RepairLinger, interval/2)
+	}
 	return interval, linger
 }
 

@@ -120,13 +120,14 @@ func TestStableAfterRepairReportsReleased(t *testing.T) {
 }
 
 // TestScaledRetry: the first retry interval and the repair linger scale
-// with the view like the jitter: a quarter of NakInterval and no linger in
-// a view of two, half of both in a view of three (NakJitterPeers 2), the
-// whole from four members on; NakJitterPeers -1 keeps the whole.
+// with the view like the jitter: a quarter of NakInterval in a view of
+// two, with a linger of half that interval (at most RepairLinger), half of
+// both in a view of three (NakJitterPeers 2), the whole from four members
+// on; NakJitterPeers -1 keeps the whole.
 func TestScaledRetry(t *testing.T) {
 	c := Config{NakInterval: 20 * time.Millisecond, RepairLinger: 8 * time.Millisecond, NakJitterPeers: 2}
 	for n, want := range map[int][2]time.Duration{
-		0: {5 * time.Millisecond, 0}, 2: {5 * time.Millisecond, 0},
+		0: {5 * time.Millisecond, 2500 * time.Microsecond}, 2: {5 * time.Millisecond, 2500 * time.Microsecond},
 		3: {10 * time.Millisecond, 4 * time.Millisecond},
 		4: {20 * time.Millisecond, 8 * time.Millisecond}, 50: {20 * time.Millisecond, 8 * time.Millisecond},
 	} {
@@ -136,6 +137,53 @@ func TestScaledRetry(t *testing.T) {
 	c.NakJitterPeers = -1
 	iv, lg := scaledRetry(&c, 2)
 	require.Equal(t, [2]time.Duration{20 * time.Millisecond, 8 * time.Millisecond}, [2]time.Duration{iv, lg})
+	c.NakJitterPeers, c.RepairLinger = 2, time.Millisecond
+	iv, lg = scaledRetry(&c, 2)
+	require.Equal(t, [2]time.Duration{5 * time.Millisecond, time.Millisecond}, [2]time.Duration{iv, lg}, "at most RepairLinger")
+	c.RepairLinger = 0
+	_, lg = scaledRetry(&c, 2)
+	require.Zero(t, lg, "no linger configured, none in a view of two")
+}
+
+// TestLoneReceiverDuplicatedRequest: in a view of two, a copy of the lone
+// receiver's request that the network duplicated or delayed, arriving
+// after the sender answered the original, is not answered again (it would
+// repair what was just repaired, after the receiver may have delivered
+// it); the receiver's retry a retry interval after its request still is.
+func TestLoneReceiverDuplicatedRequest(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) {
+		cfg.NakInterval, cfg.RepairLinger = 20*time.Millisecond, 5*time.Millisecond
+	}, mA, mB)
+	ds := c.send(mA, true, "a1", "a2", "a3")
+	c.deliverTo(ds[0], mB)
+	c.deliverTo(ds[2], mB)
+	b := c.p(mB)
+	c.now = b.NextDeadline()
+	b.Tick(c.now)
+	req := c.take()
+	require.Equal(t, []wire.Range{rg(2, 2)}, xmitRanges(t, req, mA))
+	for _, d := range req {
+		c.deliverTo(d, mA)
+	}
+	require.Len(t, ofType(c.take(), wire.TypeData), 1, "the sender answers the request")
+	c.now += time.Millisecond // the network's copy of the same request
+	for _, d := range req {
+		c.deliverTo(d, mA)
+	}
+	require.Empty(t, ofType(c.take(), wire.TypeData), "a copy of the request answered again")
+	require.Equal(t, uint64(1), c.p(mA).Stats().RepairsSkipped)
+	// The repair was lost: the receiver's retry is answered.
+	c.now = b.NextDeadline()
+	b.Tick(c.now)
+	retry := c.take()
+	require.Equal(t, []wire.Range{rg(2, 2)}, xmitRanges(t, retry, mA))
+	for _, d := range retry {
+		c.deliverTo(d, mA)
+	}
+	rep := ofType(c.take(), wire.TypeData)
+	require.Len(t, rep, 1, "the sender answers the retry")
+	c.deliverTo(rep[0], mB)
+	require.Equal(t, uint64(3), b.Stats().Received)
 }
 
 // TestLoneReceiverRetriesLostRepair: in a view of two, a gap whose repair

@@ -112,7 +112,14 @@ func newWGHeavyScenario(seed uint64) wgScenario {
 // reported the run its cut ended at the cut, while another had, and the
 // sender had purged what followed: the cut now stays an event boundary
 // for the first as well.
-var wgHeavyRegressions = []uint64{1167, 1622, 2151, 3220, 8023, 11088, 12165, 16224, 21148, 21669, 21710, 22003, 25137, 25400, 26806, 28888, 29127, 29607}
+//
+// 34241: in a view of two, the network duplicated node 3's last request;
+// node 1 answered the original, node 3 delivered the repair and the group
+// settled, then the copy arrived and node 1 repaired again, as a view of
+// two had no linger (a repeat was taken to be the lone receiver's retry).
+// A view of two now ignores a repeat within half the retry interval
+// (TestLoneReceiverDuplicatedRequest in nakack/).
+var wgHeavyRegressions = []uint64{1167, 1622, 2151, 3220, 8023, 11088, 12165, 16224, 21148, 21669, 21710, 22003, 25137, 25400, 26806, 28888, 29127, 29607, 34241}
 
 // TestWholeGroupHeavy runs sim.WholeGroupSeeds() heavy whole-group
 // scenarios and the regression seeds, checked like
