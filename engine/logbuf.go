@@ -20,15 +20,21 @@ import (
 // A producer claims space in the open term with one compare-and-swap on
 // the term's packed state word (offset, message count, sealed, term id;
 // a load and a plain release store with ExclusiveSender), writes its
-// message in place and commits with an atomic add of its bytes to the
-// term's committed counter (a plain store with ExclusiveSender). A message
+// message in place and commits it with a release store (a plain MOV on
+// amd64) of its flag in the term's done array; with ExclusiveSender, a
+// release store of the term's committed byte count. Aeron's producers
+// commit the same way, by the frame length they write last: the locked
+// add of a shared counter that committing took before was, after the
+// claim's compare-and-swap, the second locked instruction a message. A message
 // that does not fit (bytes, or the term's message limit) seals the term
 // and moves the producer to the next one: the open term's number advances
 // while fewer than len(terms) terms are in flight; beyond, the claim fails
 // (back-pressure).
 //
 // The agent takes the oldest term once it is sealed and every claim in it
-// committed (committed equals the sealed offset). When it has caught up
+// committed: each message's done flag set (doneIdx is how far it has
+// checked; recycle clears the flags), with ExclusiveSender committed
+// equal to the sealed offset. When it has caught up
 // (the oldest term is the open one) it seals the open term itself, so a
 // lone message goes out at its next iteration. With ExclusiveSender it
 // does not seal (the producer's plain store would race with it): it takes
@@ -76,6 +82,9 @@ type logBuffer struct {
 
 	// Agent side: the head term's cursor (bytes and messages taken).
 	curOff, curIdx int
+	// doneIdx is how many of the head term's messages the agent found
+	// committed (their done flags set; shared mode).
+	doneIdx int
 	// lastEnd is the open term's end at the agent's last look
 	// (headTerm: while producers stream, it waits until the term stops
 	// growing or fills).
@@ -104,8 +113,12 @@ type logTerm struct {
 	// and the term's number (its low bits): a producer that read an old
 	// open term number finds another id and looks again.
 	state atomic.Uint64
-	// committed is the bytes of committed claims.
+	// committed is the bytes of committed claims (ExclusiveSender).
 	committed atomic.Uint64
+	// done has a flag a message index, set (1) by the release store that
+	// commits the message (shared mode) and cleared by recycle before the
+	// term is claimable again.
+	done []atomic.Uint64
 	// special is set when the term holds an out-of-line or an aborted
 	// message (kinds then says which): it goes through SendBatch.
 	special atomic.Bool
@@ -174,6 +187,9 @@ func newLogBuffer(capacity, inline, datagram, maxBundle int, exclusive bool, poo
 		t := &q.terms[i]
 		t.buf = q.newTermBuf()
 		t.kinds = make([]uint8, perTerm)
+		if !exclusive {
+			t.done = make([]atomic.Uint64, perTerm)
+		}
 		t.state.Store(termState(uint64(i)))
 	}
 	return q
@@ -325,13 +341,15 @@ func (t *logTerm) bigTable(n int) [][]byte {
 	return *t.bigs.Load()
 }
 
-// commit publishes need claimed bytes of t and wakes the agent if it is
-// parked.
-func (q *logBuffer) commit(t *logTerm, need int) {
+// commit publishes the k claimed messages of t from index idx (need
+// bytes) and wakes the agent if it is parked.
+func (q *logBuffer) commit(t *logTerm, idx, k, need int) {
 	if q.exclusive {
 		ring.StoreRelease(&t.committed, t.committed.Load()+uint64(need))
 	} else {
-		t.committed.Add(uint64(need))
+		for i := idx; i < idx+k; i++ {
+			ring.StoreRelease(&t.done[i], 1)
+		}
 	}
 	if q.parked.Load() && q.parked.CompareAndSwap(true, false) {
 		q.wake()
@@ -348,7 +366,7 @@ func (q *logBuffer) abort(t *logTerm, idx, need int, buf []byte) {
 	t.kinds[idx] = kindAborted
 	t.special.Store(true)
 	q.aborts.Add(1)
-	q.commit(t, need)
+	q.commit(t, idx, 1, need)
 }
 
 // put copies p into the log buffer (Send and TrySend call its two paths
@@ -368,7 +386,7 @@ func (q *logBuffer) putSlow(p []byte) bool {
 		return false
 	}
 	copy(q.place(t, off, idx, len(p)), p)
-	q.commit(t, need)
+	q.commit(t, idx, 1, need)
 	return true
 }
 
@@ -406,7 +424,7 @@ func (q *logBuffer) putInline(p []byte) bool {
 	if q.exclusive {
 		ring.StoreRelease(&t.committed, t.committed.Load()+uint64(need))
 	} else {
-		t.committed.Add(uint64(need))
+		ring.StoreRelease(&t.done[stateCount(s)], 1)
 	}
 	if q.parked.Load() && q.parked.CompareAndSwap(true, false) {
 		q.wake()
@@ -428,7 +446,7 @@ func (q *logBuffer) putBatch(ps [][]byte) int {
 			copy(q.place(t, off, idx+i, len(p)), p)
 			off += q.entrySize(len(p))
 		}
-		q.commit(t, need)
+		q.commit(t, idx, k, need)
 		done += k
 	}
 	return done
@@ -501,7 +519,10 @@ func (q *logBuffer) headTerm() (t *logTerm, end, count int, sealed, ok bool) {
 		s := t.state.Load()
 		end, count = stateOff(s), stateCount(s)
 		if stateSealed(s) {
-			return t, end, count, true, int(c) == end
+			if q.exclusive {
+				return t, end, count, true, int(c) == end
+			}
+			return t, end, count, true, q.allDone(t, count)
 		}
 		if end == q.curOff {
 			q.lastEnd = end
@@ -524,6 +545,17 @@ func (q *logBuffer) headTerm() (t *logTerm, end, count int, sealed, ok bool) {
 	}
 }
 
+// allDone reports whether the first count messages of t (shared mode)
+// are committed, checking each flag once a term.
+func (q *logBuffer) allDone(t *logTerm, count int) bool {
+	for ; q.doneIdx < count; q.doneIdx++ {
+		if t.done[q.doneIdx].Load() == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // recycle ends the agent's use of the head term (every message in it
 // taken) and makes it claimable again as term head+len(terms).
 func (q *logBuffer) recycle(t *logTerm) {
@@ -540,8 +572,9 @@ func (q *logBuffer) recycle(t *logTerm) {
 	// n before then finds the new id and reads open again).
 	q.open.CompareAndSwap(n, n+1)
 	t.committed.Store(0)
+	clear(t.done[:min(len(t.done), stateCount(t.state.Load()))])
 	t.state.Store(termState(n + q.nterms))
-	q.curOff, q.curIdx, q.lastEnd = 0, 0, 0
+	q.curOff, q.curIdx, q.lastEnd, q.doneIdx = 0, 0, 0, 0
 	q.filled, q.sealedSelf = !q.sealedSelf, false
 	q.head.Store(n + 1)
 }

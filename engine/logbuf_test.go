@@ -104,7 +104,7 @@ func TestLogBufferEntries(t *testing.T) {
 	require.Len(t, b, 2500)
 	require.Equal(t, 4096, cap(b))
 	require.Equal(t, int64(1), q.bigOut.Load())
-	q.commit(tm, q.entrySize(2500))
+	q.commit(tm, idx, 1, q.entrySize(2500))
 	require.Equal(t, 1, r.drain())
 	require.Zero(t, q.bigOut.Load())
 }
@@ -140,6 +140,32 @@ func TestLogBufferInPlace(t *testing.T) {
 // every term is in flight a claim fails and hasRoom says so; the agent's
 // taking a term frees it, and the ring of terms wraps lap after lap with
 // every message in order.
+// TestLogBufferCommitOutOfOrder: in shared mode each message commits by
+// its own flag, so a term whose later claim committed first is not taken
+// until every earlier claim commits too, and a recycled term's flags do
+// not count for its next round.
+func TestLogBufferCommitOutOfOrder(t *testing.T) {
+	q := testLog(t, 64, 64, 1400, false)
+	r := newLogReader(q)
+	claim := func(n int) (*logTerm, int) {
+		tm, off, idx, ok := q.claim(q.entrySize(n), 1)
+		require.True(t, ok)
+		copy(q.place(tm, off, idx, n), pattern(n, idx))
+		return tm, idx
+	}
+	for round := range q.nterms + 1 { // every term, and the first one again
+		t1, i1 := claim(10)
+		t2, i2 := claim(20)
+		require.Same(t, t1, t2)
+		q.commit(t2, i2, 1, q.entrySize(20))
+		require.Zero(t, r.drain(), "round %d: the first claim is not committed", round)
+		q.commit(t1, i1, 1, q.entrySize(10))
+		require.Equal(t, 2, r.drain(), "round %d", round)
+		require.Equal(t, [][]byte{pattern(10, 0), pattern(20, 1)}, r.got[len(r.got)-2:])
+		require.Zero(t, r.drain())
+	}
+}
+
 func TestLogBufferSealWrapBackPressure(t *testing.T) {
 	q := testLog(t, 16, 1024, 1472, false)
 	require.Equal(t, 8, q.perTerm)
@@ -262,7 +288,7 @@ func TestLogBufferProducers(t *testing.T) {
 									aborted = true
 								} else {
 									aborted = false
-									q.commit(tm, need)
+									q.commit(tm, idx, 1, need)
 									i++
 								}
 							}
@@ -331,7 +357,7 @@ func TestLogBufferNoAllocs(t *testing.T) {
 		tm, off, idx, ok := q.claim(q.entrySize(64), 1)
 		require.True(t, ok)
 		q.place(tm, off, idx, 64)
-		q.commit(tm, q.entrySize(64))
+		q.commit(tm, idx, 1, q.entrySize(64))
 		take()
 	}
 	run()
@@ -402,6 +428,45 @@ func TestSendInPlace(t *testing.T) {
 			}
 			requireHash(ctx, t, recs, s.Self(), want)
 			require.GreaterOrEqual(t, s.Stats().SentInPlace, uint64(2))
+		})
+	}
+}
+
+// BenchmarkLogBufferPut: one producer's in-place puts of 64 B messages,
+// the agent's take of each sealed term (without the protocol) on the same
+// goroutine: the publication's own cost a message, claim and commit
+// included, in the shared mode and with ExclusiveSender.
+func BenchmarkLogBufferPut(b *testing.B) {
+	for _, exclusive := range []bool{false, true} {
+		name := "shared"
+		if exclusive {
+			name = "exclusive"
+		}
+		b.Run(name, func(b *testing.B) {
+			q := testLog(b, DefaultRingCapacity, DefaultInlineSize, 1<<16-1, exclusive)
+			p := make([]byte, 64)
+			take := func() {
+				for {
+					t, end, _, sealed, ok := q.headTerm()
+					if !ok {
+						return
+					}
+					q.curOff = end
+					if sealed {
+						q.recycle(t)
+					}
+				}
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(p)))
+			for b.Loop() {
+				if q.putInline(p) {
+					continue
+				}
+				for !q.put(p) { // seals the full term, or finds none free
+					take()
+				}
+			}
 		})
 	}
 }

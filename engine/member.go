@@ -614,7 +614,7 @@ func (m *Member) TryClaim(n int) (Claim, error) {
 }
 
 // Commit publishes the claimed message.
-func (c Claim) Commit() { c.m.q.commit(c.t, int(c.need)) }
+func (c Claim) Commit() { c.m.q.commit(c.t, int(c.idx), 1, int(c.need)) }
 
 // Abort publishes nothing for the claim: the agent skips it (no protocol
 // seqno is used).
