@@ -20,6 +20,15 @@ type cutState struct {
 	stable   uint64 // what every survivor that reported a window had delivered
 	acks     map[digest.Member]bool
 	resendAt time.Duration
+	// fix numbers the latest fix (numberFix: one made anew at the same
+	// cut with the same lost ranges, or with its stable point raised,
+	// keeps it). A survivor's CutAck names the fix it acknowledges and
+	// counts only for that one: one that missed a fix made anew at
+	// another cut or with more lost (recut) still acknowledges the
+	// earlier one (resent, or late), and a close taken on it would close
+	// its window at the earlier cut, the seqnos up to the new one
+	// neither delivered nor reported lost. The close names it too.
+	fix uint64
 	// leaveBy: a graceful leaver repairs what it holds only until its
 	// leave times out (LeaveTimeout after it left, which was before we
 	// learnt of its leave): from leaveBy, LeaveTimeout after we did, the
@@ -72,6 +81,7 @@ func (g *GMS) reportMsg(sender digest.Member, r cutReport) *msg {
 // a sender it holds no window of is acknowledged at once, see applyCut).
 type memberCut struct {
 	coord    Peer
+	fix      uint64 // the number of the fix applied (cutState.fix), named by the CutAck
 	cut      uint64
 	lost     []Range // declared lost with the cut (kept to report them again)
 	acked    bool
@@ -293,7 +303,7 @@ func (g *GMS) onCutReport(m *msg, now time.Duration) {
 		// It acknowledged but still reports: it missed the close (its
 		// window is still open, tickCuts).
 		if p, in := g.view.Peer(m.sender); in && m.sender != g.self.Member {
-			g.send(p, &msg{typ: typeCut, kind: 1, view: g.view.ID, member: m.member})
+			g.send(p, cutClose(c, g.view.ID))
 		}
 		return
 	}
@@ -326,7 +336,7 @@ func (g *GMS) checkCut(c *cutState, now time.Duration) {
 	c.closed = true
 	c.closedAt = now
 	g.stats.CutsClosed++
-	g.multicast(&msg{typ: typeCut, kind: 1, view: g.view.ID, member: c.dep.member})
+	g.multicast(cutClose(c, g.view.ID))
 	g.closeMemberCut(c.dep.member, now)
 	g.sendLeaveRsp(c)
 	g.pruneCuts(now)
@@ -370,6 +380,7 @@ func (g *GMS) reincarnated(m digest.Member) bool {
 // survivor's gaps: nobody held them).
 func (g *GMS) fixCut(c *cutState, now time.Duration) {
 	c.fixed = true
+	prevCut, prevLost := c.cut, c.lost
 	cut := c.dep.highest
 	minD := ^uint64(0)
 	refix, gone := false, c.leaverGone || g.reincarnated(c.dep.member)
@@ -407,16 +418,37 @@ func (g *GMS) fixCut(c *cutState, now time.Duration) {
 		}
 		c.lost = lost
 	}
+	g.numberFix(c, prevCut, prevLost)
 	g.log.Info("gms: cut fixed", "sender", c.dep.member, "cut", c.cut, "stable", c.stable, "lost", c.lost)
 	g.multicast(cutFix(c, g.view.ID))
-	g.applyCut(g.self, c.dep.member, c.cut, c.stable, c.lost, now)
+	g.applyCut(g.self, c.dep.member, c.fix, c.cut, c.stable, c.lost, now)
 }
 
-// cutFix is c's fix (CUT kind 0): a the cut, b its stable point, the
-// ranges declared lost.
+// numberFix gives c's fix just made a new number unless it has one and
+// the fix before (at prevCut, declaring prevLost) asked the same: the
+// same cut and lost ranges. A survivor that acknowledged that one has
+// delivered everything up to the cut with those ranges lost, so its
+// acknowledgement, counted since the cut was made anew, stands. With a
+// new number, acknowledgements of the earlier fix count for nothing.
+func (g *GMS) numberFix(c *cutState, prevCut uint64, prevLost []Range) {
+	if c.fix != 0 && c.cut == prevCut && slices.Equal(c.lost, prevLost) {
+		return
+	}
+	g.fixes++
+	c.fix = g.fixes
+	clear(c.acks)
+}
+
+// cutFix is c's fix (CUT kind 0): id its number, a the cut, b its stable
+// point, the ranges declared lost.
 func cutFix(c *cutState, view digest.ViewID) *msg {
-	fix := &msg{typ: typeCut, kind: 0, view: view, member: c.dep.member, a: c.cut, b: c.stable}
+	fix := &msg{typ: typeCut, kind: 0, view: view, member: c.dep.member, id: c.fix, a: c.cut, b: c.stable}
 	return fix.withRanges(c.lost)
+}
+
+// cutClose is the close of c's fix (CUT kind 1): id the fix's number.
+func cutClose(c *cutState, view digest.ViewID) *msg {
+	return &msg{typ: typeCut, kind: 1, view: view, member: c.dep.member, id: c.fix}
 }
 
 // intersectRanges returns the seqnos in both a and b, as sorted disjoint
@@ -470,12 +502,12 @@ func normRanges(rs []Range) []Range {
 // to complete and is acknowledged at once, keeping nothing: a coordinator
 // that resumes a cut this member closed, or a joiner that is asked about a
 // sender it never saw, must still acknowledge for the cut to close.
-func (g *GMS) applyCut(coord Peer, sender digest.Member, cut, stable uint64, lost []Range, now time.Duration) {
+func (g *GMS) applyCut(coord Peer, sender digest.Member, fix, cut, stable uint64, lost []Range, now time.Duration) {
 	mc, ok := g.mcuts[sender]
 	if !ok && g.open[sender] == nil {
 		if _, _, gaps, held := g.proto.SenderState(sender, g.gaps[:0]); !held {
 			g.gaps = gaps[:0]
-			g.ackCut(coord, sender, now)
+			g.ackCut(coord, sender, fix, now)
 			return
 		}
 	}
@@ -493,7 +525,7 @@ func (g *GMS) applyCut(coord Peer, sender digest.Member, cut, stable uint64, los
 	if stable > 0 {
 		g.proto.PurgeCut(sender, min(stable, cut), now)
 	}
-	mc.coord = coord
+	mc.coord, mc.fix = coord, fix
 	mc.acked = false
 	g.checkMemberCut(sender, mc, now)
 }
@@ -524,7 +556,7 @@ func (g *GMS) checkMemberCut(sender digest.Member, mc *memberCut, now time.Durat
 	}
 	mc.acked = true
 	mc.resendAt = now + 2*g.cfg.ViewAckTimeout
-	g.ackCut(mc.coord, sender, now)
+	g.ackCut(mc.coord, sender, mc.fix, now)
 }
 
 // reportCutProgress sends the coordinator of sender's cut this member's
@@ -608,17 +640,18 @@ func (g *GMS) raiseCutStable(c *cutState, now time.Duration) bool {
 	c.stable = stable
 	g.log.Info("gms: cut's stable point raised", "sender", c.dep.member, "cut", c.cut, "stable", c.stable)
 	g.multicast(cutFix(c, g.view.ID))
-	g.applyCut(g.self, c.dep.member, c.cut, c.stable, c.lost, now)
+	g.applyCut(g.self, c.dep.member, c.fix, c.cut, c.stable, c.lost, now)
 	return true
 }
 
-// ackCut acknowledges sender's cut to coord (to ourselves when we fixed it).
-func (g *GMS) ackCut(coord Peer, sender digest.Member, now time.Duration) {
+// ackCut acknowledges coord's fix number fix of sender's cut to coord (to
+// ourselves when we fixed it).
+func (g *GMS) ackCut(coord Peer, sender digest.Member, fix uint64, now time.Duration) {
 	if coord.Member == g.self.Member {
-		g.onCutAckFrom(g.self.Member, sender, now)
+		g.onCutAckFrom(g.self.Member, sender, fix, now)
 		return
 	}
-	g.send(coord, &msg{typ: typeCutAck, view: g.view.ID, member: sender})
+	g.send(coord, &msg{typ: typeCutAck, view: g.view.ID, member: sender, id: fix})
 }
 
 func (g *GMS) onCut(m *msg, now time.Duration) {
@@ -650,12 +683,13 @@ func (g *GMS) onCut(m *msg, now time.Duration) {
 			g.stats.Refused++
 			return
 		}
-		g.applyCut(coord, m.member, m.a, m.b, m.ranges, now)
+		g.applyCut(coord, m.member, m.id, m.a, m.b, m.ranges, now)
 	case 1:
 		// A close counts only from the coordinator whose fix we applied,
-		// once we acknowledged that fix: closing the window earlier would
-		// drop what lies below the cut undelivered and unreported.
-		if mc := g.mcuts[m.member]; mc == nil || mc.coord.Member != m.sender || !mc.acked {
+		// for that fix, once we acknowledged it: closing the window
+		// earlier, or after an earlier fix than the one that closed,
+		// would drop what lies below the cut undelivered and unreported.
+		if mc := g.mcuts[m.member]; mc == nil || mc.coord.Member != m.sender || mc.fix != m.id || !mc.acked {
 			return
 		}
 		g.closeMemberCut(m.member, now)
@@ -676,18 +710,31 @@ func (g *GMS) closeMemberCut(sender digest.Member, now time.Duration) {
 
 func (g *GMS) onCutAck(m *msg, now time.Duration) {
 	if g.view.Contains(m.sender) {
-		g.onCutAckFrom(m.sender, m.member, now)
+		g.onCutAckFrom(m.sender, m.member, m.id, now)
 	}
 }
 
-func (g *GMS) onCutAckFrom(from, sender digest.Member, now time.Duration) {
+// onCutAckFrom counts from's acknowledgement of fix number fix of
+// sender's cut (while the cut is being made anew too: numberFix keeps it
+// if the new fix asks the same). One of another fix (an earlier one,
+// resent or late, from a survivor that missed the latest) counts for
+// nothing: the survivor gets the latest fix again.
+func (g *GMS) onCutAckFrom(from, sender digest.Member, fix uint64, now time.Duration) {
 	c, ok := g.cuts[sender]
-	if !ok {
+	if !ok || c.fix == 0 {
 		return
 	}
-	if c.closed {
-		if p, ok := g.view.Peer(from); ok && from != g.self.Member {
-			g.send(p, &msg{typ: typeCut, kind: 1, view: g.view.ID, member: sender})
+	p, in := g.view.Peer(from)
+	in = in && from != g.self.Member
+	switch {
+	case fix != c.fix:
+		if in && c.fixed {
+			g.send(p, cutFix(c, g.view.ID))
+		}
+		return
+	case c.closed:
+		if in {
+			g.send(p, cutClose(c, g.view.ID))
 		}
 		return
 	}

@@ -805,3 +805,157 @@ func TestCutStableRaisedByProgress(t *testing.T) {
 	require.Empty(t, mc)
 	require.Equal(t, uint64(100), cs.stable)
 }
+
+// cutMember is a GMS of member id in the view of a, b and c (a
+// coordinates), with a fake protocol that holds no window of any other
+// sender.
+func cutMember(t *testing.T, id uint64) (*GMS, *fakeProto) {
+	t.Helper()
+	g, err := New(Config{Group: 7, ID: id, Addr: addrOf(id), Logger: discardLogger,
+		NewProtocol: func(self digest.Member, now time.Duration) (Protocol, error) {
+			return newFakeProto(self, newFakeApp(), now), nil
+		}})
+	require.NoError(t, err)
+	g.self = Peer{Member: digest.Member{ID: id, Inc: 1}, Addr: addrOf(id)}
+	p := newFakeProto(g.self.Member, newFakeApp(), 0)
+	g.status, g.proto = StatusMember, p
+	var ms []Peer
+	for _, m := range []uint64{1, 2, 3} {
+		ms = append(ms, Peer{Member: digest.Member{ID: m, Inc: 1}, Addr: addrOf(m)})
+	}
+	g.view = View{ID: digest.ViewID{Coord: ms[0].Member, Counter: 6}, Members: ms}
+	return g, p
+}
+
+// takeCutMsgs returns the CUT and CUT_ACK messages in g's outbox, and
+// clears it.
+func takeCutMsgs(t *testing.T, g *GMS) (multicast, unicast []*msg) {
+	t.Helper()
+	for _, o := range g.Outbox() {
+		m, err := decode(o.Data, 7)
+		require.NoError(t, err)
+		if m.typ != typeCut && m.typ != typeCutAck {
+			continue
+		}
+		if o.To.Member.IsZero() {
+			multicast = append(multicast, m)
+		} else {
+			unicast = append(unicast, m)
+		}
+	}
+	g.ClearOutbox()
+	return multicast, unicast
+}
+
+// TestCutAckAndCloseNameTheFix: a coordinator that fixes a cut anew (a
+// merge brought in a member that holds more of the departed sender) has
+// survivors that acknowledged the earlier fix and may have missed the new
+// one. Such a survivor keeps resending its acknowledgement of the earlier
+// fix; counted for the new one, the cut closed and the survivor closed
+// its window at the earlier cut, the seqnos up to the new cut neither
+// delivered nor reported lost, while the others reported them lost.
+// Every acknowledgement and close names its fix: the coordinator counts
+// an acknowledgement only for the fix it names (and sends the survivor
+// the current fix), and a survivor closes only on the close of the fix it
+// acknowledged. A fix made anew that asks the same (same cut, same lost
+// ranges) keeps its number: an acknowledgement of one is one of the
+// other.
+func TestCutAckAndCloseNameTheFix(t *testing.T) {
+	dep := digest.Member{ID: 9, Inc: 1}
+	b, c := digest.Member{ID: 2, Inc: 1}, digest.Member{ID: 3, Inc: 1}
+	t.Run("coordinator", func(t *testing.T) {
+		g, _ := cutMember(t, 1) // holds no window of dep: acknowledges each fix at once
+		from := func(m digest.Member, typ wire.Type, id, a, rc uint64, gaps []Range) {
+			t.Helper()
+			x := &msg{typ: typ, view: g.view.ID, member: dep, id: id, a: a, b: rc}
+			if typ == typeCutReport {
+				x.c = 1
+				x = x.withRanges(gaps)
+			}
+			buf, err := x.encode(7, m)
+			require.NoError(t, err)
+			require.NoError(t, g.Receive(buf, time.Second))
+		}
+		cs := &cutState{dep: departure{member: dep, peer: Peer{Member: dep}}, acks: map[digest.Member]bool{},
+			reports: map[digest.Member]cutReport{
+				g.self.Member: g.localReport(dep),
+				b:             {ok: true, delivered: 190, received: 190},
+				c:             {ok: true, delivered: 190, received: 190},
+			}}
+		g.cuts[dep] = cs
+		g.checkCut(cs, time.Second)
+		mc, _ := takeCutMsgs(t, g)
+		require.Len(t, mc, 1)
+		first := mc[0]
+		require.Equal(t, uint64(190), first.a)
+		from(b, typeCutAck, first.id, 0, 0, nil)
+
+		// Fixed anew at the same cut with nothing lost: the same fix, the
+		// same number, and B's acknowledgement of it stands.
+		g.recut(cs, nil, time.Second)
+		from(b, typeCutAck, first.id, 0, 0, nil)
+		from(b, typeCutReport, 0, 190, 190, nil)
+		from(c, typeCutReport, 0, 190, 190, nil)
+		mc, _ = takeCutMsgs(t, g)
+		require.Len(t, mc, 1)
+		require.Equal(t, first.id, mc[0].id, "a fix made anew that asks the same keeps its number")
+		require.True(t, cs.acks[b])
+
+		// Fixed anew: C now reports up to 200, the seqnos above 190
+		// purged (held by nobody).
+		g.recut(cs, nil, time.Second)
+		from(b, typeCutReport, 0, 190, 190, nil)
+		from(c, typeCutReport, 0, 200, 200, []Range{{From: 191, To: 200}})
+		mc, _ = takeCutMsgs(t, g)
+		require.Len(t, mc, 1)
+		second := mc[0]
+		require.Equal(t, uint64(200), second.a)
+		require.Equal(t, []Range{{From: 191, To: 200}}, second.ranges)
+
+		from(b, typeCutAck, first.id, 0, 0, nil) // B missed the new fix
+		from(c, typeCutAck, second.id, 0, 0, nil)
+		require.False(t, cs.closed, "an acknowledgement of the earlier fix counted for the new one")
+		require.NotEqual(t, first.id, second.id, "a fix made anew has a number of its own")
+		mc, uc := takeCutMsgs(t, g)
+		require.Empty(t, mc, "no close")
+		require.Len(t, uc, 1, "B is sent the current fix")
+		require.Equal(t, second.id, uc[0].id)
+		require.Equal(t, uint64(200), uc[0].a)
+
+		from(b, typeCutAck, second.id, 0, 0, nil)
+		require.True(t, cs.closed)
+		mc, _ = takeCutMsgs(t, g)
+		require.Len(t, mc, 1)
+		require.Equal(t, uint8(1), mc[0].kind)
+		require.Equal(t, second.id, mc[0].id, "the close names the fix")
+	})
+	t.Run("survivor", func(t *testing.T) {
+		g, p := cutMember(t, 2)
+		w := newWin(0)
+		for s := uint64(1); s <= 190; s++ {
+			w.msgs[s] = []byte{1}
+		}
+		w.hd, w.hr = 190, 190
+		p.wins[dep] = w
+		coord := g.view.Coord().Member
+		cut := func(kind uint8, id, at uint64) {
+			t.Helper()
+			buf, err := (&msg{typ: typeCut, kind: kind, view: g.view.ID, member: dep, id: id, a: at, b: at}).encode(7, coord)
+			require.NoError(t, err)
+			require.NoError(t, g.Receive(buf, time.Second))
+		}
+		cut(0, 4, 190)
+		_, uc := takeCutMsgs(t, g)
+		require.Len(t, uc, 1)
+		require.Equal(t, typeCutAck, uc[0].typ)
+
+		cut(1, 5, 0) // the close of a fix made anew, which this member missed
+		require.NotNil(t, p.wins[dep], "window closed on the close of a fix it never applied")
+		require.NotNil(t, g.mcuts[dep])
+		require.Equal(t, uint64(4), uc[0].id, "the acknowledgement names the fix")
+
+		cut(1, 4, 0)
+		require.Nil(t, p.wins[dep], "the close of the fix it acknowledged")
+		require.Nil(t, g.mcuts[dep])
+	})
+}

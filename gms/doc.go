@@ -177,8 +177,16 @@
 // window reports it as above and is cut again, at the same cut with
 // nothing more lost. A coordinator that installs a view it does not
 // coordinate (a merge led by another) drops its cuts: their survivors
-// report them to the new coordinator. A member takes a fix only from its
-// view's coordinator and a close only from the coordinator whose fix it
+// report them to the new coordinator. The coordinator numbers its fixes
+// (never reusing a number; a fix made anew at the same cut with the same
+// lost ranges, or with its stable point raised, keeps it), and a CutAck
+// and a close name the fix they are for: a survivor that acknowledged a
+// fix and missed one made anew at another cut or with more lost keeps
+// acknowledging the earlier one, which counts for nothing (the
+// coordinator sends it the current fix), and it takes only the close of
+// the fix it acknowledged, so that nobody closes its window at an earlier
+// cut than the others. A member takes a fix only from its view's
+// coordinator and a close only from the coordinator whose fix it
 // acknowledged: a member of its view that split away and coordinates a
 // view of its own fixes the same sender at another point, and its
 // multicast fix and close reach the old side once the partition heals

@@ -75,6 +75,9 @@ type GMS struct {
 	leave leaveState
 	cuts  map[digest.Member]*cutState  // coordinator side
 	mcuts map[digest.Member]*memberCut // member side
+	// fixes numbers this member's cut fixes as coordinator (cutState.fix),
+	// never reused, so that an acknowledgement names the fix it is for.
+	fixes uint64
 	// open: departed senders whose window this member has not closed yet
 	// (every view change that drops a member adds it): a coordinator that
 	// takes over resumes their cuts (finishViewChange).

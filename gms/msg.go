@@ -25,8 +25,8 @@ const (
 	typeMergeDone  wire.Type = 27 // kind 0 committed, 1 cancelled: release the capture
 	typeCutReq     wire.Type = 28 // coordinator -> survivors: report on a departed sender
 	typeCutReport  wire.Type = 29 // survivor -> coordinator: delivered, received, gaps
-	typeCut        wire.Type = 30 // kind 0 cut fixed (with lost ranges), 1 close the window
-	typeCutAck     wire.Type = 31 // survivor holds everything up to the cut
+	typeCut        wire.Type = 30 // kind 0 cut fixed (with lost ranges), 1 close the window; id the fix's number
+	typeCutAck     wire.Type = 31 // survivor holds everything up to the cut of the fix id names
 	typeStateReq   wire.Type = 32 // requester -> provider
 	typeStateChunk wire.Type = 33 // provider -> requester; the first carries the digest
 	typeStateAck   wire.Type = 34 // requester -> provider: bytes received in order

@@ -119,7 +119,15 @@ func newWGHeavyScenario(seed uint64) wgScenario {
 // two had no linger (a repeat was taken to be the lone receiver's retry).
 // A view of two now ignores a repeat within half the retry interval
 // (TestLoneReceiverDuplicatedRequest in nakack/).
-var wgHeavyRegressions = []uint64{1167, 1622, 2151, 3220, 8023, 11088, 12165, 16224, 21148, 21669, 21710, 22003, 25137, 25400, 26806, 28888, 29127, 29607, 34241}
+//
+// 39466: node 1 fixed crashed node 2's cut at 190 in its side of a
+// partition; node 3 acknowledged it. The merge made the fix anew at 200
+// (191..200 lost: the other side had purged them), node 3 missed it and
+// resent its acknowledgement of the first fix, which node 1 counted for
+// the new one: the close reached node 3, which closed its window at 190,
+// 191..200 neither delivered nor reported lost. A CutAck and a close now
+// name the fix (TestCutAckAndCloseNameTheFix in gms/).
+var wgHeavyRegressions = []uint64{1167, 1622, 2151, 3220, 8023, 11088, 12165, 16224, 21148, 21669, 21710, 22003, 25137, 25400, 26806, 28888, 29127, 29607, 34241, 39466}
 
 // TestWholeGroupHeavy runs sim.WholeGroupSeeds() heavy whole-group
 // scenarios and the regression seeds, checked like
