@@ -548,11 +548,14 @@ func (q *logBuffer) headTerm() (t *logTerm, end, count int, sealed, ok bool) {
 // allDone reports whether the first count messages of t (shared mode)
 // are committed, checking each flag once a term.
 func (q *logBuffer) allDone(t *logTerm, count int) bool {
-	for ; q.doneIdx < count; q.doneIdx++ {
-		if t.done[q.doneIdx].Load() == 0 {
+	rest := t.done[q.doneIdx:count]
+	for i := range rest {
+		if rest[i].Load() == 0 {
+			q.doneIdx += i
 			return false
 		}
 	}
+	q.doneIdx = count
 	return true
 }
 
