@@ -766,20 +766,7 @@ func TestCutStableRaisedByProgress(t *testing.T) {
 	}
 	fixes := func() (multicast, unicast []*msg) {
 		t.Helper()
-		for _, o := range g.Outbox() {
-			m, err := decode(o.Data, 7)
-			require.NoError(t, err)
-			if m.typ != typeCut || m.kind != 0 {
-				continue
-			}
-			if o.To.Member.IsZero() {
-				multicast = append(multicast, m)
-			} else {
-				unicast = append(unicast, m)
-			}
-		}
-		g.ClearOutbox()
-		return multicast, unicast
+		return takeMsgs(t, g, func(m *msg) bool { return m.typ == typeCut && m.kind == 0 })
 	}
 
 	report(b, 79) // nothing new: the fix goes to B again
@@ -831,10 +818,17 @@ func cutMember(t *testing.T, id uint64) (*GMS, *fakeProto) {
 // clears it.
 func takeCutMsgs(t *testing.T, g *GMS) (multicast, unicast []*msg) {
 	t.Helper()
+	return takeMsgs(t, g, func(m *msg) bool { return m.typ == typeCut || m.typ == typeCutAck })
+}
+
+// takeMsgs returns the messages in g's outbox that keep accepts, and
+// clears it.
+func takeMsgs(t *testing.T, g *GMS, keep func(*msg) bool) (multicast, unicast []*msg) {
+	t.Helper()
 	for _, o := range g.Outbox() {
 		m, err := decode(o.Data, 7)
 		require.NoError(t, err)
-		if m.typ != typeCut && m.typ != typeCutAck {
+		if !keep(m) {
 			continue
 		}
 		if o.To.Member.IsZero() {

@@ -64,11 +64,17 @@ func (p *Protocol) SendDatagram(b *wire.Buffer, count, end int, now time.Duratio
 	p.Flush(now)
 	d := w.Finish()
 	p.storeOwnDatagram(b, count, first)
-	p.emit(digest.Member{}, b, len(d))
+	p.emitOwn(b, len(d), count, now)
+	return first, nil
+}
+
+// emitOwn emits b, a DATA datagram of n bytes carrying count own
+// messages just stored.
+func (p *Protocol) emitOwn(b *wire.Buffer, n, count int, now time.Duration) {
+	p.emit(digest.Member{}, b, n)
 	p.stats.Sent += uint64(count)
 	p.stats.Bundles++
 	p.sentData(now)
-	return first, nil
 }
 
 // sendInPlace is SendDatagram's path for the common case: the run's
@@ -120,10 +126,7 @@ func (p *Protocol) sendInPlace(b *wire.Buffer, w *wire.DataWriter, count, end in
 	win.Commit(first, count)
 	p.accountOwn(first, slots)
 	p.ownStored(ref, count, count)
-	p.emit(digest.Member{}, b, len(d))
-	p.stats.Sent += uint64(count)
-	p.stats.Bundles++
-	p.sentData(now)
+	p.emitOwn(b, len(d), count, now)
 	return true, nil
 }
 

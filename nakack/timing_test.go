@@ -162,14 +162,10 @@ func TestLoneReceiverDuplicatedRequest(t *testing.T) {
 	b.Tick(c.now)
 	req := c.take()
 	require.Equal(t, []wire.Range{rg(2, 2)}, xmitRanges(t, req, mA))
-	for _, d := range req {
-		c.deliverTo(d, mA)
-	}
+	c.deliver(req, nil) // to A: B sent it
 	require.Len(t, ofType(c.take(), wire.TypeData), 1, "the sender answers the request")
 	c.now += time.Millisecond // the network's copy of the same request
-	for _, d := range req {
-		c.deliverTo(d, mA)
-	}
+	c.deliver(req, nil)
 	require.Empty(t, ofType(c.take(), wire.TypeData), "a copy of the request answered again")
 	require.Equal(t, uint64(1), c.p(mA).Stats().RepairsSkipped)
 	// The repair was lost: the receiver's retry is answered.
@@ -177,9 +173,7 @@ func TestLoneReceiverDuplicatedRequest(t *testing.T) {
 	b.Tick(c.now)
 	retry := c.take()
 	require.Equal(t, []wire.Range{rg(2, 2)}, xmitRanges(t, retry, mA))
-	for _, d := range retry {
-		c.deliverTo(d, mA)
-	}
+	c.deliver(retry, nil)
 	rep := ofType(c.take(), wire.TypeData)
 	require.Len(t, rep, 1, "the sender answers the retry")
 	c.deliverTo(rep[0], mB)

@@ -78,16 +78,23 @@ func FuzzDecodeData(f *testing.F) {
 	})
 }
 
-// checkDataHead: DecodeDataHead and Count steps of NextMsg ending at the
-// body's end accept exactly what DecodeData accepts, with the same fields
-// and payloads.
-func checkDataHead(t *testing.T, b []byte) {
+// asData decodes the header of b with its type set to DATA (on a copy);
+// ok is false when the header does not decode.
+func asData(b []byte) (Header, []byte, bool) {
 	if len(b) > 2 {
 		b = bytes.Clone(b)
 		b[2] = byte(TypeData)
 	}
 	h, body, err := DecodeHeader(b, testGroup)
-	if err != nil {
+	return h, body, err == nil
+}
+
+// checkDataHead: DecodeDataHead and Count steps of NextMsg ending at the
+// body's end accept exactly what DecodeData accepts, with the same fields
+// and payloads.
+func checkDataHead(t *testing.T, b []byte) {
+	h, body, ok := asData(b)
+	if !ok {
 		return
 	}
 	d, err := DecodeData(h, body)
@@ -116,12 +123,8 @@ func checkDataHead(t *testing.T, b []byte) {
 // (the same Data, the same error), and its offsets delimit the payloads
 // MsgIter returns.
 func checkDataOffsets(t *testing.T, b []byte) {
-	if len(b) > 2 {
-		b = bytes.Clone(b)
-		b[2] = byte(TypeData)
-	}
-	h, body, err := DecodeHeader(b, testGroup)
-	if err != nil {
+	h, body, ok := asData(b)
+	if !ok {
 		return
 	}
 	d, err := DecodeData(h, body)
@@ -139,7 +142,7 @@ func checkDataOffsets(t *testing.T, b []byte) {
 		require.True(t, ok)
 		require.Equal(t, body[offs[i]+MsgOverhead:offs[i+1]], p, "message %d", i)
 	}
-	_, ok := it.Next()
+	_, ok = it.Next()
 	require.False(t, ok)
 }
 
