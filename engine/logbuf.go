@@ -23,9 +23,9 @@ import (
 // message in place and commits it with a release store (a plain MOV on
 // amd64) of its flag in the term's done array; with ExclusiveSender, a
 // release store of the term's committed byte count. Aeron's producers
-// commit the same way, by the frame length they write last: the locked
-// add of a shared counter that committing took before was, after the
-// claim's compare-and-swap, the second locked instruction a message. A message
+// commit the same way, by the frame length they write last: a locked add
+// to a shared counter would be a second locked instruction a message,
+// after the claim's compare-and-swap. A message
 // that does not fit (bytes, or the term's message limit) seals the term
 // and moves the producer to the next one: the open term's number advances
 // while fewer than len(terms) terms are in flight; beyond, the claim fails

@@ -380,8 +380,8 @@ func (m *Member) Send(ctx context.Context, payload []byte) error {
 }
 
 // sendGeneral is Send after its fast path declined: a function of its
-// own, so that Send stays small enough to inline into its caller, and
-// its fast path does not set up the frame the waits below need.
+// own, so that Send's fast path does not set up the frame (and the
+// deferred call) that the waits below need.
 func (m *Member) sendGeneral(ctx context.Context, payload []byte) error {
 	err := m.trySendGeneral(payload)
 	if err != ErrBackPressure {

@@ -198,19 +198,7 @@ func (p *Protocol) insertFresh(s *sender, buf *wire.Buffer, d *wire.DataHead, no
 	}
 	ref := p.newRef(buf)
 	body := d.Body()
-	base, at := offsetIn(buf, body), d.Start()
-	for i := range slots {
-		off, n, next, ok := wire.NextMsg(body, at)
-		if !ok {
-			clear(slots[:i])
-			p.dropRef(ref)
-			return false
-		}
-		slots[i] = msg{ref: ref, off: base + uint32(off), n: uint32(n)}
-		at = next
-	}
-	if at != len(body) {
-		clear(slots)
+	if _, ok := fillRun(slots, ref, body, d.Start(), offsetIn(buf, body)); !ok {
 		p.dropRef(ref)
 		return false
 	}
@@ -220,6 +208,29 @@ func (p *Protocol) insertFresh(s *sender, buf *wire.Buffer, d *wire.DataHead, no
 	p.stored(s, ref, d.First, last, d.Count, now)
 	p.creditStable(s, c0, d.First, uint64(d.Count), len(body), now)
 	return true
+}
+
+// fillRun writes into slots the entries of the len(slots) messages of a
+// DATA body (ref's datagram, the body at offset base in its buffer) whose
+// first length prefix lies at at, checking each length as it goes, and
+// returns their payload bytes. ok is false, and the slots are zero
+// again, if the messages run past the body or do not end where it does.
+func fillRun(slots []msg, ref *dref, body []byte, at int, base uint32) (total uint64, ok bool) {
+	for i := range slots {
+		off, n, next, ok := wire.NextMsg(body, at)
+		if !ok {
+			clear(slots[:i])
+			return 0, false
+		}
+		slots[i] = msg{ref: ref, off: base + uint32(off), n: uint32(n)}
+		total += uint64(n)
+		at = next
+	}
+	if at != len(body) {
+		clear(slots)
+		return 0, false
+	}
+	return total, true
 }
 
 // noteData records a data datagram of s carrying first..last before its

@@ -46,8 +46,10 @@ func (p *Protocol) SendDatagram(b *wire.Buffer, count, end int, now time.Duratio
 	if err := w.Reset(b.B[:min(len(b.B), p.cfg.MaxDatagram)], p.hdr, p.self, first); err != nil {
 		return 0, err
 	}
-	if done, err := p.sendInPlace(b, &w, count, end, now); done || err != nil {
-		return first, err
+	if done, err := p.sendInPlace(b, &w, count, end, now); err != nil {
+		return 0, err
+	} else if done {
+		return first, nil
 	}
 	if err := w.Adopt(count, end, nil); err != nil {
 		return 0, err
@@ -98,21 +100,8 @@ func (p *Protocol) sendInPlace(b *wire.Buffer, w *wire.DataWriter, count, end in
 		return false, nil
 	}
 	ref := p.newRef(b)
-	msgs := b.B[:end]
-	at, total := wire.DataOverhead, uint64(0)
-	for i := range slots {
-		off, n, next, ok := wire.NextMsg(msgs, at)
-		if !ok {
-			clear(slots[:i])
-			p.dropRef(ref)
-			return false, wire.ErrMalformed
-		}
-		slots[i] = msg{ref: ref, off: uint32(off), n: uint32(n)}
-		total += uint64(n)
-		at = next
-	}
-	if at != end {
-		clear(slots)
+	total, ok := fillRun(slots, ref, b.B[:end], wire.DataOverhead, 0)
+	if !ok {
 		p.dropRef(ref)
 		return false, wire.ErrMalformed
 	}
@@ -135,15 +124,8 @@ func (p *Protocol) sendInPlace(b *wire.Buffer, w *wire.DataWriter, count, end in
 func (p *Protocol) accountOwn(first uint64, ms []msg) {
 	f := &p.fl
 	sent0 := f.sent
-	if f.limit > 0 {
-		for i := range ms {
-			f.sent += uint64(ms[i].n)
-			f.cum[(first+uint64(i))&f.mask] = f.sent
-		}
-	} else {
-		for i := range ms {
-			f.sent += uint64(ms[i].n)
-		}
+	for i := range ms {
+		f.account(first+uint64(i), uint64(ms[i].n))
 	}
 	f.spend(sent0)
 }

@@ -117,40 +117,28 @@ func DecodeDataOffsets(h Header, body []byte, offs []uint32) (Data, []uint32, er
 }
 
 func decodeData(h Header, body []byte, offs []uint32, record bool) (Data, []uint32, error) {
-	fix, rest, err := split(h, body, TypeData, DataFixed)
+	dh, err := DecodeDataHead(h, body)
 	if err != nil {
 		return Data{}, offs, err
 	}
-	first := binary.LittleEndian.Uint64(fix)
-	origin := getMember(fix[8:])
-	count := binary.LittleEndian.Uint32(fix[20:])
-	if first == 0 || count == 0 || origin.IsZero() || first-1 > math.MaxUint64-uint64(count) {
-		return Data{}, offs, ErrMalformed
-	}
-	if uint64(count) > uint64(len(rest)/MsgOverhead) {
-		return Data{}, offs, ErrTruncated
-	}
-	base := uint32(len(body) - len(rest)) // rest ends body
-	off := 0
-	for range count {
-		if len(rest)-off < MsgOverhead {
-			return Data{}, offs, ErrTruncated
-		}
+	at := dh.start
+	for range dh.Count {
 		if record {
-			offs = append(offs, base+uint32(off))
+			offs = append(offs, uint32(at))
 		}
-		off += MsgOverhead + int(binary.LittleEndian.Uint16(rest[off:]))
-		if off > len(rest) {
+		_, _, next, ok := NextMsg(body, at)
+		if !ok {
 			return Data{}, offs, ErrTruncated
 		}
+		at = next
 	}
-	if off != len(rest) {
+	if at != len(body) {
 		return Data{}, offs, ErrMalformed
 	}
 	if record {
-		offs = append(offs, base+uint32(off))
+		offs = append(offs, uint32(at))
 	}
-	return Data{Origin: origin, First: first, Count: int(count), msgs: rest}, offs, nil
+	return Data{Origin: dh.Origin, First: dh.First, Count: dh.Count, msgs: body[dh.start:]}, offs, nil
 }
 
 // DataHead is a DATA datagram whose fixed part is checked and whose
