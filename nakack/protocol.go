@@ -163,6 +163,9 @@ func (s *sender) window() *ring.Window[msg] {
 		if err != nil {
 			panic(err) // capacity validated in New
 		}
+		// A freed slot's entry points at a dref, which releaseRefs
+		// pools: leaving it there pins nothing the free list does not.
+		w.KeepFreed()
 		s.win = w
 	}
 	return s.win

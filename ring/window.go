@@ -62,6 +62,9 @@ type Window[T any] struct {
 	// lost has one bit per slot: the seqno was marked lost. Written by the
 	// producer only, read by both. A seqno is never both present and lost.
 	lost []atomic.Uint64
+	// keepFreed: Purge and Skip without a release function leave freed
+	// entries in their slots (KeepFreed).
+	keepFreed bool
 
 	_ [cacheLine]byte
 	// received and floor are producer-owned (plain): the consumer bounds
@@ -110,6 +113,17 @@ func NewWindow[T any](capacity int, start uint64) (*Window[T], error) {
 	w.delivered.Store(start)
 	return w, nil
 }
+
+// KeepFreed makes Purge and Skip, when they have no release function,
+// leave the entries they free in their slots instead of zeroing them. A
+// slot is read only while its presence bit is set and written whole
+// before the bit is set again, so a stale entry is never seen; what it
+// costs is that its pointers keep their targets reachable until the slot
+// is reused. For entries whose pointers go to objects their owner pools
+// anyway that costs nothing, and it saves a store pass over every freed
+// slot: slots freed a stability round after they were written, no longer
+// in any cache. Call it before the window is used.
+func (w *Window[T]) KeepFreed() { w.keepFreed = true }
 
 // Capacity returns the number of slots, fixed at creation.
 func (w *Window[T]) Capacity() int { return int(w.capacity) }
@@ -275,7 +289,8 @@ func (w *Window[T]) AddRun(first uint64, vals []T) RunResult {
 // does not wrap past the end of the slots; nil otherwise (n of 0 too),
 // for AddRun. It stores nothing: Commit(first, n) makes the filled slots
 // held, in one step like AddRun's. A caller that does not commit must
-// zero the slots it wrote (slots not held stay zero). Filling the
+// zero the slots it wrote (slots not held stay zero, unless KeepFreed:
+// then it need not). Filling the
 // returned slots instead of a buffer that AddRun copies saves a copy of
 // every entry of a run received in order. Producer side; between Reserve
 // and Commit the producer may add entries at other seqnos (Add, AddRun)
@@ -606,8 +621,8 @@ func (w *Window[T]) SkipLost() (Range, bool) {
 }
 
 // Purge frees the entries at or below min(upto, Delivered()): calls
-// release(v) for each held one (release may be nil), zeroes its slot, clears
-// lost marks, and advances low. Returns how many entries it released.
+// release(v) for each held one (release may be nil), zeroes its slot (see
+// KeepFreed), clears lost marks, and advances low. Returns how many entries it released.
 // Producer side; never concurrent with Get or Has.
 func (w *Window[T]) Purge(upto uint64, release func(T)) int {
 	limit := min(upto, w.delivered.Load()) // acquire: the consumer is done with these slots
@@ -621,7 +636,8 @@ func (w *Window[T]) Purge(upto uint64, release func(T)) int {
 }
 
 // free empties the slots of [a, b] (b-a < capacity): releases and zeroes
-// held entries and clears their presence and lost bits.
+// held entries (without a release function, zeroes them unless
+// KeepFreed) and clears their presence and lost bits.
 func (w *Window[T]) free(a, b uint64, release func(T)) int {
 	var zero T
 	n := 0
@@ -639,7 +655,7 @@ func (w *Window[T]) free(a, b uint64, release func(T)) int {
 					release(w.slots[j])
 					w.slots[j] = zero
 				}
-			} else {
+			} else if !w.keepFreed {
 				// The whole span at once (a slot not present is
 				// already zero): a memclr instead of a store a slot.
 				clear(w.slots[idx : idx+s])

@@ -723,6 +723,35 @@ func TestWindowPurgeZeroesSlots(t *testing.T) {
 	require.NotNil(t, w.slots[0], "seqno 4 retained")
 }
 
+func TestWindowKeepFreedLeavesSlots(t *testing.T) {
+	w, err := NewWindow[*int](4, 0)
+	require.NoError(t, err)
+	w.KeepFreed()
+	xs := [6]int{}
+	for i := uint64(1); i <= 4; i++ {
+		xs[i] = int(i)
+		require.Equal(t, Added, w.Add(i, &xs[i]))
+	}
+	dst := make([]*int, 4)
+	_, n := w.RemoveBatch(dst)
+	require.Equal(t, 4, n)
+	require.Equal(t, 3, w.Purge(3, nil))
+	require.Same(t, &xs[1], w.slots[1], "seqno 1's slot left as it was")
+	for i := uint64(1); i <= 3; i++ {
+		_, ok := w.Get(i)
+		require.False(t, ok, "seqno %d freed", i)
+	}
+	// The slots are reused as if they were zero: seqno 5 takes seqno 1's.
+	xs[5] = 5
+	require.Equal(t, Added, w.Add(5, &xs[5]))
+	v, ok := w.Get(5)
+	require.True(t, ok)
+	require.Same(t, &xs[5], v)
+	_, n = w.RemoveBatch(dst)
+	require.Equal(t, 1, n)
+	require.Same(t, &xs[5], dst[0])
+}
+
 func TestRangeAndResultStrings(t *testing.T) {
 	require.Equal(t, "[3,9]", Range{From: 3, To: 9}.String())
 	require.Equal(t, uint64(7), Range{From: 3, To: 9}.Len())
