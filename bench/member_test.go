@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/nakcast/nakcast/digest"
 	"github.com/nakcast/nakcast/ebpf"
 	"github.com/stretchr/testify/require"
+	"github.com/zeebo/xxh3"
 
 	"github.com/nakcast/nakcast/engine"
 )
@@ -177,6 +177,7 @@ func TestVerifyFindsDifferences(t *testing.T) {
 		{"order", func(rs []MemberResult) { rs[1].Senders[0].OutOfOrder = 1 }, "out of order"},
 		{"missing", func(rs []MemberResult) { rs[1] = MemberResult{Index: 1} }, "no result"},
 		{"error", func(rs []MemberResult) { rs[1].Error = "boom" }, "boom"},
+		{"schema", func(rs []MemberResult) { rs[1].Schema = "nakcast.member/2" }, "schema nakcast.member/2"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			rs := ok()
@@ -204,7 +205,7 @@ func TestMemberHandlerHashAndOrder(t *testing.T) {
 		binary.LittleEndian.PutUint64(p, uint64(Nanotime()))
 		binary.LittleEndian.PutUint64(p[8:], idx)
 		h.Deliver(sender, i, p)
-		x := xxhash.Sum64(p) ^ i*1609587929392839161 ^ uint64(len(p))*9650029242287828579
+		x := xxh3.Hash(p) ^ i*1609587929392839161 ^ uint64(len(p))*9650029242287828579
 		want = bits.RotateLeft64(want*11400714785074694791^x, 31) * 14029467366897019727
 	}
 	h.Deliver(digest.Member{ID: 999, Inc: 1}, 1, p) // not a sender: ignored

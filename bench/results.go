@@ -79,6 +79,11 @@ func Verify(results []MemberResult) []string {
 			bad = append(bad, fmt.Sprintf("member %d: no result", r.Index))
 			continue
 		}
+		if r.Schema != MemberSchema {
+			// Another schema hashes differently: its hashes cannot be compared.
+			bad = append(bad, fmt.Sprintf("member %d: result schema %s, this build reads %s", r.Index, r.Schema, MemberSchema))
+			continue
+		}
 		if r.Error != "" {
 			bad = append(bad, fmt.Sprintf("member %d: %s", r.Index, r.Error))
 		}
