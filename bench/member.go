@@ -490,10 +490,25 @@ func (h *memberHandler) state(s digest.Member) *recvState {
 
 // Deliver implements engine.Handler.
 func (h *memberHandler) Deliver(sender digest.Member, seq uint64, p []byte) {
+	if st := h.state(sender); st != nil {
+		h.deliver(st, seq, p)
+	}
+}
+
+// DeliverBatch implements engine.BatchHandler: the sender's state is
+// looked up once a run, not once a message.
+func (h *memberHandler) DeliverBatch(sender digest.Member, first uint64, ps [][]byte) {
 	st := h.state(sender)
 	if st == nil {
 		return
 	}
+	for i, p := range ps {
+		h.deliver(st, first+uint64(i), p)
+	}
+}
+
+// deliver records delivered message seq of st's sender.
+func (h *memberHandler) deliver(st *recvState, seq uint64, p []byte) {
 	r := &st.res
 	if r.Delivered == 0 {
 		r.FirstSeq = seq

@@ -224,6 +224,48 @@ func TestMemberHandlerHashAndOrder(t *testing.T) {
 	require.Equal(t, int64(1), st.res.OutOfOrder)
 }
 
+// TestMemberHandlerBatchIsDeliverEach: a batch leaves the same record as
+// its messages delivered one by one.
+func TestMemberHandlerBatchIsDeliverEach(t *testing.T) {
+	newH := func() (*memberHandler, *recvState) {
+		h := &memberHandler{base: 100, bySlot: make([]*recvState, 1), sample: 2, done: make(chan struct{})}
+		st := &recvState{hist: NewHistogram(), nextIdx: 1}
+		h.bySlot[0] = st
+		h.pending.Store(1)
+		return h, st
+	}
+	sender := digest.Member{ID: 101, Inc: 1}
+	ps := make([][]byte, 7)
+	for i := range ps {
+		p := make([]byte, 24+i)
+		idx := uint64(i + 1)
+		if i == len(ps)-1 {
+			idx |= lastFlag
+		}
+		binary.LittleEndian.PutUint64(p, 12345)
+		binary.LittleEndian.PutUint64(p[8:], idx)
+		p[16] = byte(i)
+		ps[i] = p
+	}
+	one, stOne := newH()
+	for i, p := range ps {
+		one.Deliver(sender, uint64(i+1), p)
+	}
+	batch, stBatch := newH()
+	batch.DeliverBatch(sender, 1, ps[:3])
+	batch.DeliverBatch(digest.Member{ID: 999, Inc: 1}, 4, ps[3:]) // not a sender: ignored
+	batch.DeliverBatch(sender, 4, ps[3:])
+	stOne.finish()
+	stBatch.finish()
+	require.Positive(t, stBatch.res.LastDeliverNs)
+	stOne.res.LastDeliverNs, stBatch.res.LastDeliverNs = 0, 0 // clock reads
+	require.Equal(t, stOne.res, stBatch.res)
+	require.Equal(t, stOne.hash, stBatch.hash)
+	require.Equal(t, int64(len(ps)), stBatch.res.Delivered)
+	require.Equal(t, stOne.hist.TotalCount(), stBatch.hist.TotalCount())
+	require.True(t, stBatch.complete.Load())
+}
+
 func TestFoldHashOrderSensitive(t *testing.T) {
 	a, b := []byte("first message"), []byte("second message")
 	ab := FoldHash(FoldHash(0, 1, a), 2, b)

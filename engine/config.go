@@ -183,8 +183,9 @@ type Config struct {
 	// the current one).
 	Self digest.Member
 	// Handler, if not nil, receives every message on the agent goroutine
-	// (push mode). With a nil Handler the application calls Member.Poll
-	// (pull mode).
+	// (push mode); one that is also a BatchHandler receives runs of whole
+	// messages in one call. With a nil Handler the application calls
+	// Member.Poll (pull mode).
 	Handler Handler
 	// DiscardOwn: this member's own messages are not delivered to it (not
 	// to the Handler, not by Poll), as with JGroups' discard_own_messages;
