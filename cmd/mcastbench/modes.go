@@ -67,7 +67,7 @@ func runSuite(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := bench.WriteTable(stdout, rows); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "msgs/s and MB/s: slowest receiver; latency: send to delivery under full load (queueing included), all receivers;")
+	fmt.Fprintln(stdout, "msgs/s and MB/s: slowest receiver; latency: send to delivery under full load (queueing included), all receivers, one message in 16;")
 	fmt.Fprintln(stdout, "retrans: messages repaired; loss: messages a receiver never got; vs raw: nakcast msgs/s over the raw bundler's.")
 	bench.WriteAuthCost(stdout, rows)
 	if ctx.Err() != nil {
@@ -119,7 +119,7 @@ func loopbackSuite(ctx context.Context, sizes []int, receivers int, duration tim
 				Members:     receivers + 1,
 				MsgSize:     size,
 				Duration:    duration,
-				SampleEvery: sampleEvery(0, size),
+				SampleEvery: sampleEvery(0),
 				Config:      engine.Config{Interface: "lo", Keys: sc.keys, Encrypt: sc.encrypt},
 			}
 			l, name := sc.loss, sc.name

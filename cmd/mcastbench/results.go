@@ -143,7 +143,7 @@ func netnsResults(ctx context.Context, exe string, mtu int, sizes []int, members
 					MsgSize:     size,
 					Duration:    duration,
 					LossRate:    loss,
-					SampleEvery: sampleEvery(0, size),
+					SampleEvery: sampleEvery(0),
 					Config:      engine.Config{Transport: engine.TransportConfig{NoGSO: noGSO}, Insecure: true},
 				}
 				rs, err := bench.RunNetns(ctx, bench.NetnsRunConfig{Member: cfg, Netns: ns, Exe: []string{exe, "member"}})
@@ -161,7 +161,7 @@ func netnsResults(ctx context.Context, exe string, mtu int, sizes []int, members
 					Members:     members,
 					MsgSize:     size,
 					Duration:    duration,
-					SampleEvery: sampleEvery(0, size),
+					SampleEvery: sampleEvery(0),
 					SendBatch:   64,
 					Config:      engine.Config{Transport: engine.TransportConfig{NoGSO: noGSO}, Agent: engine.AgentConfig{Threading: engine.ThreadingInvoked}, DiscardOwn: true, Insecure: true},
 				}
@@ -201,7 +201,7 @@ func xdpResults(ctx context.Context, exe string, members int, duration time.Dura
 			name = "open mode (-insecure)"
 		}
 		fmt.Fprintf(stderr, "AF_XDP comparison, %s ...\n", name)
-		cfg := bench.MemberConfig{Members: members, MsgSize: 64, Duration: duration, SampleEvery: sampleEvery(0, 64), Config: engine.Config{Transport: engine.TransportConfig{NoGSO: true}, Insecure: insecure}}
+		cfg := bench.MemberConfig{Members: members, MsgSize: 64, Duration: duration, SampleEvery: sampleEvery(0), Config: engine.Config{Transport: engine.TransportConfig{NoGSO: true}, Insecure: insecure}}
 		figs, err := bench.CompareTransports(ctx, bench.TransportCompareConfig{
 			Transports: []string{engine.TransportXDP, engine.TransportUDP, bench.UDPWithOffloads}, Member: cfg, Netns: ns,
 			Exe: []string{exe, "member"}, PingExe: []string{exe, "pingpong-member"}, RawExe: []string{exe, "raw-member"}})
