@@ -183,12 +183,13 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 			}
 			lim = int(min(uint64(lim), s.cut-d))
 		}
-		first, c := w.RemoveBatch(p.dscr[:lim])
-		if c > 0 {
-			// p.dscr is not cleared after use: its stale entries point at
-			// drefs, which are pooled (releaseRefs), so they pin no memory
-			// the free list does not, and clearing is a pass a message.
-			p.deliverRun(s, h, bh, first, p.dscr[:c])
+		// The run is delivered from the window's slots in place, and
+		// delivered moves past it after: Purge frees only delivered
+		// seqnos, so the slots stay as they are meanwhile.
+		first, run := w.Peek(lim)
+		if c := len(run); c > 0 {
+			p.deliverRun(s, h, bh, first, run)
+			w.Advance(c)
 			k += c
 			continue
 		}

@@ -278,9 +278,25 @@ func runModel(t *testing.T, capacity int, start, seed uint64, steps int, keepFre
 				}
 				want = append(want, v)
 			}
-			first, got := w.RemoveBatch(dst[:n])
-			require.Equal(t, mfirst, first, msg)
-			require.Equal(t, want, append([]uint64(nil), dst[:got]...), msg)
+			if rng.IntN(2) == 0 {
+				first, got := w.RemoveBatch(dst[:n])
+				require.Equal(t, mfirst, first, msg)
+				require.Equal(t, want, append([]uint64(nil), dst[:got]...), msg)
+				break
+			}
+			// The same through Peek and Advance, which stop at the end
+			// of the slots: read in place, in as many calls as it takes.
+			var got []uint64
+			for {
+				first, run := w.Peek(n - len(got))
+				require.Equal(t, mfirst+uint64(len(got)), first, msg)
+				if len(run) == 0 {
+					break
+				}
+				got = append(got, run...)
+				w.Advance(len(run))
+			}
+			require.Equal(t, want, got, msg)
 		case op < 70:
 			r, ok := m.skipLost()
 			wr, wok := w.SkipLost()

@@ -189,25 +189,27 @@ func TestWindowSPSCStress(t *testing.T) {
 	dst := make([]uint64, 64)
 	expect := uint64(1)
 	var lostRuns int
+consume:
 	for expect <= total && !f.abort.Load() {
 		// Once the producer is done nothing changes any more: a pass without
 		// progress then means the window lost something (fail, do not hang).
 		final := producerDone.Load()
 		progress := false
-		if crng.IntN(2) == 0 {
+		switch crng.IntN(3) {
+		case 0:
 			if seq, v, ok := w.Remove(); ok {
 				if seq != expect || v != val(seq) || lost[seq] {
 					f.fail("remove: got %d=%d, want %d", seq, v, expect)
-					break
+					break consume
 				}
 				expect++
 				progress = true
 			}
-		} else {
+		case 1:
 			first, n := w.RemoveBatch(dst[:1+crng.IntN(len(dst))])
 			if first != expect {
 				f.fail("remove batch: first %d, want %d", first, expect)
-				break
+				break consume
 			}
 			for i, v := range dst[:n] {
 				if s := first + uint64(i); v != val(s) || lost[s] {
@@ -217,6 +219,22 @@ func TestWindowSPSCStress(t *testing.T) {
 			}
 			expect += uint64(n)
 			progress = n > 0
+		default:
+			// Read in place while the producer purges and adds.
+			first, run := w.Peek(1 + crng.IntN(len(dst)))
+			if first != expect {
+				f.fail("peek: first %d, want %d", first, expect)
+				break consume
+			}
+			for i, v := range run {
+				if s := first + uint64(i); v != val(s) || lost[s] {
+					f.fail("peek: %d=%d", s, v)
+					break
+				}
+			}
+			w.Advance(len(run))
+			expect += uint64(len(run))
+			progress = len(run) > 0
 		}
 		if r, ok := w.SkipLost(); ok {
 			if r.From != expect || r.To < r.From {

@@ -36,7 +36,7 @@ import (
 // goroutine and one consumer goroutine may use it at once, without locks:
 //   - producer: Add, AddRun, MarkLost, Purge, Get, Has, NextGap, AppendGaps,
 //     MissingCount, Received.
-//   - consumer: Remove, RemoveBatch, SkipLost.
+//   - consumer: Remove, RemoveBatch, Peek, Advance, Consume, SkipLost.
 //   - either side, any goroutine: Capacity, Low, Delivered (atomic
 //     snapshots; Delivered may be stale by the time the producer acts on it,
 //     which is always safe because the consumer only advances over held or
@@ -566,6 +566,45 @@ func (w *Window[T]) Consume(max int) (first uint64, n int) {
 		w.delivered.Store(d + k) // release, as in RemoveBatch
 	}
 	return first, int(k)
+}
+
+// Peek returns the consecutive held entries from Delivered()+1 on, up to
+// max of them, that lie in one stretch of the slots (a run that wraps past
+// the end of the slots comes back in two calls), stopping before a gap or
+// a lost seqno, without copying them and without advancing delivered: the
+// consumer reads them in place, then calls Advance. They stay as they are
+// until then, since Purge and Skip free only seqnos at or below delivered.
+// It returns the first seqno (Delivered()+1) and the entries, which the
+// caller must not write. Consumer side.
+func (w *Window[T]) Peek(max int) (first uint64, run []T) {
+	d := w.delivered.Load()
+	first = d + 1
+	idx0 := first & w.mask
+	limit := min(uint64(max), w.consumerLimit(d), w.capacity-idx0)
+	if max <= 0 {
+		limit = 0
+	}
+	var k uint64
+	for k < limit {
+		idx := idx0 + k
+		s := w.span(idx, limit-k)
+		x := w.present[idx>>6].Load() >> (idx & 63)
+		r := min(uint64(bits.TrailingZeros64(^x)), s)
+		k += r
+		if r < s {
+			break
+		}
+	}
+	return first, w.slots[idx0 : idx0+k : idx0+k]
+}
+
+// Advance moves delivered over the first n entries the last Peek
+// returned, once the consumer has read them (release: the producer may
+// free their slots after it). Consumer side.
+func (w *Window[T]) Advance(n int) {
+	if n > 0 {
+		w.delivered.Store(w.delivered.Load() + uint64(n))
+	}
 }
 
 // RemoveBatch delivers up to len(dst) consecutive held entries from
