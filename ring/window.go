@@ -550,18 +550,7 @@ func (w *Window[T]) Consume(max int) (first uint64, n int) {
 	if max <= 0 {
 		return first, 0
 	}
-	limit := min(uint64(max), w.consumerLimit(d))
-	var k uint64
-	for k < limit {
-		idx := (first + k) & w.mask
-		s := w.span(idx, limit-k)
-		x := w.present[idx>>6].Load() >> (idx & 63)
-		run := min(uint64(bits.TrailingZeros64(^x)), s)
-		k += run
-		if run < s {
-			break
-		}
-	}
+	k := w.runLen(first, min(uint64(max), w.consumerLimit(d)), selPresent, true)
 	if k > 0 {
 		w.delivered.Store(d + k) // release, as in RemoveBatch
 	}
@@ -580,20 +569,9 @@ func (w *Window[T]) Peek(max int) (first uint64, run []T) {
 	d := w.delivered.Load()
 	first = d + 1
 	idx0 := first & w.mask
-	limit := min(uint64(max), w.consumerLimit(d), w.capacity-idx0)
-	if max <= 0 {
-		limit = 0
-	}
 	var k uint64
-	for k < limit {
-		idx := idx0 + k
-		s := w.span(idx, limit-k)
-		x := w.present[idx>>6].Load() >> (idx & 63)
-		r := min(uint64(bits.TrailingZeros64(^x)), s)
-		k += r
-		if r < s {
-			break
-		}
+	if max > 0 {
+		k = w.runLen(first, min(uint64(max), w.consumerLimit(d), w.capacity-idx0), selPresent, true)
 	}
 	return first, w.slots[idx0 : idx0+k : idx0+k]
 }
