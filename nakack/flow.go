@@ -102,14 +102,23 @@ func (p *Protocol) admit(ps [][]byte, now time.Duration) int {
 		tokens = f.tokens
 	}
 	var bytes uint64
+	if f.rate == 0 {
+		// Flow control alone: no float compare a message.
+		for k, pl := range ps {
+			n := uint64(len(pl))
+			if bytes+n > room && inflight+bytes > 0 {
+				p.flowHeld()
+				return k
+			}
+			bytes += n
+		}
+		f.waiting = false
+		return len(ps)
+	}
 	for k, pl := range ps {
 		n := uint64(len(pl))
 		if bytes+n > room && inflight+bytes > 0 {
-			if !f.waiting {
-				f.waiting = true
-				p.stats.FlowControlWaits++
-			}
-			f.held = ErrFlowControl
+			p.flowHeld()
 			return k
 		}
 		if float64(bytes+n) > tokens {
@@ -120,6 +129,17 @@ func (p *Protocol) admit(ps [][]byte, now time.Duration) int {
 	}
 	f.waiting = false
 	return len(ps)
+}
+
+// flowHeld records that flow control held a message back: a wait,
+// counted once an episode.
+func (p *Protocol) flowHeld() {
+	f := &p.fl
+	if !f.waiting {
+		f.waiting = true
+		p.stats.FlowControlWaits++
+	}
+	f.held = ErrFlowControl
 }
 
 // admitAll reports whether admit lets every message of a run go that
@@ -188,13 +208,24 @@ func (p *Protocol) took(ps [][]byte, first, last uint64) {
 	if f.limit == 0 && f.rate == 0 {
 		return
 	}
-	sent0, seq := f.sent, first
-	for _, pl := range ps {
-		f.account(seq, uint64(len(pl)))
-		seq++
+	// The running count stays in a local: f.account a message would
+	// load and store f.sent each time.
+	sent0, sent, seq := f.sent, f.sent, first
+	if f.limit > 0 {
+		cum, mask := f.cum, f.mask
+		for _, pl := range ps {
+			sent += uint64(len(pl))
+			cum[seq&mask] = sent
+			seq++
+		}
+		for ; seq <= last; seq++ {
+			cum[seq&mask] = sent // the further fragments of a lone payload
+		}
+	} else {
+		for _, pl := range ps {
+			sent += uint64(len(pl))
+		}
 	}
-	for ; f.limit > 0 && seq <= last; seq++ {
-		f.cum[seq&f.mask] = f.sent // the further fragments of a lone payload
-	}
+	f.sent = sent
 	f.spend(sent0)
 }
