@@ -183,15 +183,6 @@ func (f *flow) refill(now time.Duration, first int) {
 	f.tokensAt = now
 }
 
-// account adds n payload bytes claimed by own seqno seq: flow control's
-// cumulative bytes.
-func (f *flow) account(seq, n uint64) {
-	f.sent += n
-	if f.limit > 0 {
-		f.cum[seq&f.mask] = f.sent
-	}
-}
-
 // spend takes the bytes claimed since the cumulative count was sent0
 // from the rate limit's tokens.
 func (f *flow) spend(sent0 uint64) {
@@ -208,8 +199,8 @@ func (p *Protocol) took(ps [][]byte, first, last uint64) {
 	if f.limit == 0 && f.rate == 0 {
 		return
 	}
-	// The running count stays in a local: f.account a message would
-	// load and store f.sent each time.
+	// The running count stays in a local: updating f.sent a message
+	// would load and store it each time.
 	sent0, sent, seq := f.sent, f.sent, first
 	if f.limit > 0 {
 		cum, mask := f.cum, f.mask

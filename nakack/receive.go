@@ -213,24 +213,21 @@ func (p *Protocol) insertFresh(s *sender, buf *wire.Buffer, d *wire.DataHead, no
 // fillRun writes into slots the entries of the len(slots) messages of a
 // DATA body (ref's datagram, the body at offset base in its buffer) whose
 // first length prefix lies at at, checking each length as it goes, and
-// returns their payload bytes. ok is false, and the slots are zero
-// again, if the messages run past the body or do not end where it does.
+// returns their payload bytes. ok is false if the messages run past the
+// body or do not end where it does; what it wrote is left in the slots,
+// which nobody reads before they are filled again (the windows keep
+// freed entries, ring.Window.KeepFreed).
 func fillRun(slots []msg, ref *dref, body []byte, at int, base uint32) (total uint64, ok bool) {
 	for i := range slots {
 		off, n, next, ok := wire.NextMsg(body, at)
 		if !ok {
-			clear(slots[:i])
 			return 0, false
 		}
 		slots[i] = msg{ref: ref, off: base + uint32(off), n: uint32(n)}
 		total += uint64(n)
 		at = next
 	}
-	if at != len(body) {
-		clear(slots)
-		return 0, false
-	}
-	return total, true
+	return total, at == len(body)
 }
 
 // noteData records a data datagram of s carrying first..last before its

@@ -65,7 +65,7 @@ func (p *Protocol) SendDatagram(b *wire.Buffer, count, end int, now time.Duratio
 	}
 	p.Flush(now)
 	d := w.Finish()
-	p.storeOwnDatagram(b, count, first)
+	p.storeOwnDatagram(b, count, end, first)
 	p.emitOwn(b, len(d), count, now)
 	return first, nil
 }
@@ -106,7 +106,6 @@ func (p *Protocol) sendInPlace(b *wire.Buffer, w *wire.DataWriter, count, end in
 		return false, wire.ErrMalformed
 	}
 	if !p.admitAll(total, uint64(slots[0].n), now) {
-		clear(slots)
 		p.dropRef(ref)
 		return false, nil
 	}
@@ -120,13 +119,22 @@ func (p *Protocol) sendInPlace(b *wire.Buffer, w *wire.DataWriter, count, end in
 }
 
 // accountOwn accounts for the own messages in ms (seqnos first..), just
-// sent, in flow control and the rate limit, as took does.
+// sent, in flow control and the rate limit, as took does for payloads
+// (the running count in a local, as there).
 func (p *Protocol) accountOwn(first uint64, ms []msg) {
 	f := &p.fl
-	sent0 := f.sent
-	for i := range ms {
-		f.account(first+uint64(i), uint64(ms[i].n))
+	if f.limit == 0 && f.rate == 0 {
+		return
 	}
+	sent0, sent := f.sent, f.sent
+	cum := f.cum // nil without flow control
+	for i := range ms {
+		sent += uint64(ms[i].n)
+		if cum != nil {
+			cum[(first+uint64(i))&f.mask] = sent
+		}
+	}
+	f.sent = sent
 	f.spend(sent0)
 }
 
@@ -143,23 +151,14 @@ func (p *Protocol) ownStored(ref *dref, count, added int) {
 }
 
 // storeOwnDatagram stores the count messages laid out in b from
-// wire.DataOverhead (checked by wire Adopt) as the own seqnos first..
-// (one run of the own window, one dref for b), advances NextSeq past them
-// and accounts for their bytes in flow control (as took does): one walk
-// over the length prefixes.
-func (p *Protocol) storeOwnDatagram(b *wire.Buffer, count int, first uint64) {
+// wire.DataOverhead up to end (checked by wire Adopt) as the own seqnos
+// first.. (one run of the own window, one dref for b), advances NextSeq
+// past them and accounts for their bytes in flow control.
+func (p *Protocol) storeOwnDatagram(b *wire.Buffer, count, end int, first uint64) {
 	ref := p.newRef(b)
 	pend := p.ownPend[:count]
-	f := &p.fl
-	sent0 := f.sent
-	off := uint32(wire.DataOverhead)
-	for i := range pend {
-		n := uint32(binary.LittleEndian.Uint16(b.B[off:]))
-		pend[i] = msg{ref: ref, off: off + wire.MsgOverhead, n: n}
-		off += wire.MsgOverhead + n
-		f.account(first+uint64(i), uint64(n))
-	}
-	f.spend(sent0)
+	fillRun(pend, ref, b.B[:end], wire.DataOverhead, 0) // cannot fail: Adopt checked the layout
+	p.accountOwn(first, pend)
 	r := p.own.win.AddRun(first, pend)
 	clear(pend)
 	p.ownStored(ref, count, r.Added)

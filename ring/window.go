@@ -289,12 +289,12 @@ func (w *Window[T]) AddRun(first uint64, vals []T) RunResult {
 // does not wrap past the end of the slots; nil otherwise (n of 0 too),
 // for AddRun. It stores nothing: Commit(first, n) makes the filled slots
 // held, in one step like AddRun's. A caller that does not commit must
-// zero the slots it wrote (slots not held stay zero, unless KeepFreed:
-// then it need not). Filling the
-// returned slots instead of a buffer that AddRun copies saves a copy of
-// every entry of a run received in order. Producer side; between Reserve
-// and Commit the producer may add entries at other seqnos (Add, AddRun)
-// but must not purge, skip or rewind.
+// zero the slots it wrote (slots not held stay zero), unless the window
+// keeps freed entries (KeepFreed). Filling the returned slots instead of
+// a buffer that AddRun copies saves a copy of every entry of a run
+// received in order. Producer side; between Reserve and Commit the
+// producer may add entries at other seqnos (Add, AddRun) but must not
+// purge, skip or rewind.
 func (w *Window[T]) Reserve(first uint64, n int) []T {
 	if n <= 0 || first <= max(w.floor, w.delivered.Load()) {
 		return nil
@@ -307,13 +307,8 @@ func (w *Window[T]) Reserve(first uint64, n int) []T {
 	if idx+uint64(n) > w.capacity {
 		return nil
 	}
-	for k := uint64(0); k < uint64(n); {
-		i := idx + k
-		s := w.span(i, uint64(n)-k)
-		if w.word(selSettled, i>>6)&wordMask(i&63, s) != 0 {
-			return nil
-		}
-		k += s
+	if w.runLen(first, uint64(n), selSettled, false) < uint64(n) {
+		return nil // held or lost seqnos in the run
 	}
 	return w.slots[idx : idx+uint64(n) : idx+uint64(n)]
 }
@@ -639,8 +634,8 @@ func (w *Window[T]) SkipLost() (Range, bool) {
 
 // Purge frees the entries at or below min(upto, Delivered()): calls
 // release(v) for each held one (release may be nil), zeroes its slot (see
-// KeepFreed), clears lost marks, and advances low. Returns how many entries it released.
-// Producer side; never concurrent with Get or Has.
+// KeepFreed), clears lost marks, and advances low. Returns how many
+// entries it released. Producer side; never concurrent with Get or Has.
 func (w *Window[T]) Purge(upto uint64, release func(T)) int {
 	limit := min(upto, w.delivered.Load()) // acquire: the consumer is done with these slots
 	low := w.low.Load()
