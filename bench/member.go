@@ -303,11 +303,9 @@ type SenderResult struct {
 	// Hash is an order-sensitive hash of what was delivered: a fold, in
 	// delivery order, over each message of x = XXH3-64(payload) ^
 	// seqno*P3 ^ length*P4 as h = rotl64(h*P1 ^ x, 31) * P2 from h = 0
-	// (P1..P4 xxhash64's primes 1..4; see FoldHash); 16 hex digits. Schema
-	// 1 streamed seqno, length and payload through one xxhash64 digest,
-	// which cost about 50 ns a 64 B message at every member: more than
-	// the engine; schema 2 hashed each payload with xxhash64, twice as
-	// long as XXH3 for 64 B and 1 KiB payloads.
+	// (P1..P4 xxhash64's primes 1..4; see FoldHash); 16 hex digits. Earlier
+	// schemas hashed with xxhash64: schema 1 seqno, length and payload
+	// through one digest, schema 2 each payload.
 	Hash string `json:"hash"`
 	// OutOfOrder counts deliveries and lost ranges that go back over
 	// seqnos already delivered or reported, and deliveries whose payload

@@ -181,12 +181,11 @@ func (f *engineFlags) memberConfig() bench.MemberConfig {
 }
 
 // sampleEvery is the latency sampling, one message in 16 unless the flag
-// says otherwise: reading the clock costs 50-60 ns on these VMs, more than
-// the rest of the receiving handler, and a message is delivered at every
-// member, so reading it for every message made the harness, not the
-// engine, the larger part of a member's work. Which messages are sampled
-// does not depend on their latency, and a 2-second run still records
-// hundreds of thousands.
+// says otherwise: a clock read costs more than the rest of the receiving
+// handler, and a message is delivered at every member, so reading it for
+// every message would make the harness, not the engine, the larger part
+// of a member's work. Which messages are sampled does not depend on their
+// latency, and a run of seconds still records hundreds of thousands.
 func sampleEvery(flagValue int) int {
 	if flagValue > 0 {
 		return flagValue
