@@ -204,7 +204,7 @@ func TestChaosSeedCorpus(t *testing.T) {
 // oneSenderHandler is a member handler of run 100 following one sender,
 // member ID 101.
 func oneSenderHandler() (*memberHandler, *recvState) {
-	h := &memberHandler{base: 100, bySlot: make([]*recvState, 1), sample: 1, done: make(chan struct{})}
+	h := newMemberHandler(100, 1, 1)
 	st := &recvState{hist: NewHistogram(), nextIdx: 1}
 	h.bySlot[0] = st
 	h.pending.Store(1)

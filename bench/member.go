@@ -462,6 +462,10 @@ type recvState struct {
 	// seg, segHash and segN are the current block of Segments.
 	seg, segHash uint64
 	segN         int
+	// now is the delivery time of the current run (0: not read yet).
+	now int64
+	// one holds the payload of a delivery that comes alone (Deliver).
+	one [1][]byte
 	// progress is Delivered, published every timelineStep deliveries
 	// for the timeline sampler.
 	progress atomic.Int64
@@ -470,12 +474,23 @@ type recvState struct {
 // memberHandler records deliveries of every sender; it allocates nothing
 // per message.
 type memberHandler struct {
-	base    uint64 // MemberID(runID, i).ID == base+i+1
-	bySlot  []*recvState
-	sample  uint64
+	base   uint64 // MemberID(runID, i).ID == base+i+1
+	bySlot []*recvState
+	// every is MemberConfig.SampleEvery, pow2 whether it is a power of
+	// two (then a mask, not a division, picks the sampled indexes).
+	every   uint64
+	pow2    bool
 	pending atomic.Int32 // senders whose last message is still to come
 	done    chan struct{}
 	once    sync.Once
+}
+
+// newMemberHandler is the handler of a member of a group of members
+// whose ids are base+1.., recording the latency of one message in every.
+func newMemberHandler(base uint64, members, every int) *memberHandler {
+	h := &memberHandler{base: base, bySlot: make([]*recvState, members), every: uint64(max(every, 1)), done: make(chan struct{})}
+	h.pow2 = h.every&(h.every-1) == 0
+	return h
 }
 
 func (h *memberHandler) state(s digest.Member) *recvState {
@@ -489,65 +504,128 @@ func (h *memberHandler) state(s digest.Member) *recvState {
 // Deliver implements engine.Handler.
 func (h *memberHandler) Deliver(sender digest.Member, seq uint64, p []byte) {
 	if st := h.state(sender); st != nil {
-		h.deliver(st, seq, p)
+		st.one[0] = p
+		h.deliverRun(st, seq, st.one[:])
+		st.one[0] = nil
 	}
 }
 
 // DeliverBatch implements engine.BatchHandler: the sender's state is
 // looked up once a run, not once a message.
 func (h *memberHandler) DeliverBatch(sender digest.Member, first uint64, ps [][]byte) {
-	st := h.state(sender)
-	if st == nil {
-		return
-	}
-	for i, p := range ps {
-		h.deliver(st, first+uint64(i), p)
+	if st := h.state(sender); st != nil {
+		h.deliverRun(st, first, ps)
 	}
 }
 
-// deliver records delivered message seq of st's sender.
-func (h *memberHandler) deliver(st *recvState, seq uint64, p []byte) {
+// deliverRun records delivered messages first, first+1, ... (payloads ps)
+// of st's sender. It leaves the same record as recording them one at a
+// time (TestMemberHandlerBatchIsDeliverEach): what does not depend on
+// the payloads (the run, the count, the timeline) is kept once a run,
+// the rest (hashes, the payload index, latency samples) once a message.
+func (h *memberHandler) deliverRun(st *recvState, first uint64, ps [][]byte) {
 	r := &st.res
-	if r.Delivered == 0 {
-		r.FirstSeq = seq
-		if len(p) >= MinMsgSize {
-			r.FirstSendNs = int64(binary.LittleEndian.Uint64(p))
-		}
-	}
-	if !st.follow(seq, seq) {
-		r.OutOfOrder++
-	}
-	r.Delivered++
-	r.LastSeq = seq
-	if r.Delivered%timelineStep == 0 {
-		st.progress.Store(r.Delivered)
-	}
-	st.bytes += int64(len(p))
-	sum := xxh3.Hash(p)
-	st.hash = foldSum(st.hash, seq, sum, len(p))
-	st.segment(seq, sum, len(p))
-	if len(p) < MinMsgSize {
-		r.OutOfOrder++
+	if len(ps) == 0 {
 		return
 	}
-	idx := binary.LittleEndian.Uint64(p[8:])
-	last := idx&lastFlag != 0
-	idx &^= lastFlag
-	if idx != st.nextIdx {
-		r.OutOfOrder++
-	}
-	st.nextIdx = idx + 1
-	if last || idx%h.sample == 0 {
-		now := Nanotime()
-		if idx%h.sample == 0 {
-			_ = st.hist.RecordValue(max(now-int64(binary.LittleEndian.Uint64(p)), histLowest))
+	if r.Delivered == 0 {
+		r.FirstSeq = first
+		if len(ps[0]) >= MinMsgSize {
+			r.FirstSendNs = int64(binary.LittleEndian.Uint64(ps[0]))
 		}
-		r.LastDeliverNs = now
 	}
-	if last {
-		st.progress.Store(r.Delivered)
+	last := first + uint64(len(ps)) - 1
+	var back uint64
+	if first < st.expect && st.runFrom != 0 {
+		// Back over seqnos already delivered or reported, up to back:
+		// each such message is out of order, and its payload index is
+		// expected to be its seqno, as a delivery on its own would have it.
+		back = st.expect
+		r.OutOfOrder += int64(min(last+1, back) - first)
+	}
+	st.follow(first, last)
+	st.now = 0
+	before := r.Delivered
+	r.Delivered += int64(len(ps))
+	r.LastSeq = last
+	if r.Delivered/timelineStep != before/timelineStep {
+		st.progress.Store(r.Delivered - r.Delivered%timelineStep)
+	}
+	for seq := first; len(ps) > 0; {
+		if k := (seq - 1) / SegmentSeqnos; k != st.seg {
+			st.flushSegment()
+			st.seg = k
+		}
+		n := min(uint64(len(ps)), (st.seg+1)*SegmentSeqnos-(seq-1))
+		h.deliverBlock(st, seq, back, ps[:n])
+		seq += n
+		ps = ps[n:]
+	}
+}
+
+// deliverBlock does deliverRun's work of each message for a stretch of
+// messages inside one block of Segments, with the hashes and the payload
+// index in locals; seqnos below back go back over earlier ones.
+func (h *memberHandler) deliverBlock(st *recvState, seq, back uint64, ps [][]byte) {
+	hash, segHash, next := st.hash, st.segHash, st.nextIdx
+	var bytes, odd int64
+	ended := false
+	for _, p := range ps {
+		bytes += int64(len(p))
+		sum := xxh3.Hash(p)
+		hash = foldSum(hash, seq, sum, len(p))
+		segHash = foldSum(segHash, seq, sum, len(p))
+		if seq < back {
+			next = seq
+		}
+		seq++
+		if len(p) < MinMsgSize {
+			odd++
+			continue
+		}
+		idx := binary.LittleEndian.Uint64(p[8:])
+		end := idx&lastFlag != 0
+		idx &^= lastFlag
+		if idx != next {
+			odd++
+		}
+		next = idx + 1
+		if end || h.sampled(idx) {
+			h.sample(st, p, idx)
+			ended = ended || end
+		}
+	}
+	st.hash, st.segHash, st.nextIdx = hash, segHash, next
+	st.segN += len(ps)
+	st.bytes += bytes
+	st.res.OutOfOrder += odd
+	if ended {
+		st.progress.Store(st.res.Delivered)
 		h.complete(st)
 	}
+}
+
+// sampled reports whether the latency of payload index idx is recorded.
+func (h *memberHandler) sampled(idx uint64) bool {
+	if h.pow2 {
+		return idx&(h.every-1) == 0
+	}
+	return idx%h.every == 0
+}
+
+// sample records the latency of message p (payload index idx) if it is
+// sampled, and the time of the stream's last delivery so far. The engine
+// hands over a run's messages in one call, so they share one delivery
+// time: the clock is read once a run, at its first sampled message.
+func (h *memberHandler) sample(st *recvState, p []byte, idx uint64) {
+	if st.now == 0 {
+		st.now = Nanotime()
+	}
+	now := st.now
+	if h.sampled(idx) {
+		_ = st.hist.RecordValue(max(now-int64(binary.LittleEndian.Uint64(p)), histLowest))
+	}
+	st.res.LastDeliverNs = now
 }
 
 // follow moves the stream on over seqnos from..to (a delivery, or a lost
@@ -656,7 +734,7 @@ func RunMember(ctx context.Context, cfg MemberConfig) (MemberResult, error) {
 	if err != nil {
 		return MemberResult{}, err
 	}
-	h := &memberHandler{base: cfg.RunID, bySlot: make([]*recvState, cfg.Members), sample: uint64(cfg.SampleEvery), done: make(chan struct{})}
+	h := newMemberHandler(cfg.RunID, cfg.Members, cfg.SampleEvery)
 	states := make([]*recvState, 0, len(cfg.Senders))
 	for _, s := range cfg.Senders {
 		if h.bySlot[s] != nil {
@@ -924,13 +1002,17 @@ func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfi
 	// message: a read costs about 25 ns, a third of what the engine spends
 	// on a 64 B message.
 	sample := uint64(max(cfg.SampleEvery, 1))
+	mask := sample - 1 // picks the sampled indexes when sample is a power of two
+	if sample&mask != 0 {
+		mask = 0
+	}
 	invoked := m.Config().Agent.Threading == engine.ThreadingInvoked
 	var i uint64
 	var now, start int64
 	for {
 		i++
 		last := cfg.Count > 0 && int64(i) >= cfg.Count
-		if i == 1 || i%sample == 0 || i&255 == 0 || cfg.Rate > 0 {
+		if i == 1 || i&255 == 0 || cfg.Rate > 0 || (mask != 0 && i&mask == 0) || (mask == 0 && i%sample == 0) {
 			now = Nanotime()
 		}
 		if i == 1 {

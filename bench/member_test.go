@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"math/bits"
+	"math/rand"
 	"net/netip"
 	"strings"
 	"testing"
@@ -190,7 +191,7 @@ func TestVerifyFindsDifferences(t *testing.T) {
 }
 
 func TestMemberHandlerHashAndOrder(t *testing.T) {
-	h := &memberHandler{base: 100, bySlot: make([]*recvState, 2), sample: 1, done: make(chan struct{})}
+	h := newMemberHandler(100, 2, 1)
 	st := &recvState{hist: NewHistogram(), nextIdx: 1}
 	h.bySlot[0] = st
 	h.pending.Store(1)
@@ -228,7 +229,7 @@ func TestMemberHandlerHashAndOrder(t *testing.T) {
 // its messages delivered one by one.
 func TestMemberHandlerBatchIsDeliverEach(t *testing.T) {
 	newH := func() (*memberHandler, *recvState) {
-		h := &memberHandler{base: 100, bySlot: make([]*recvState, 1), sample: 2, done: make(chan struct{})}
+		h := newMemberHandler(100, 1, 2)
 		st := &recvState{hist: NewHistogram(), nextIdx: 1}
 		h.bySlot[0] = st
 		h.pending.Store(1)
@@ -276,7 +277,7 @@ func TestFoldHashOrderSensitive(t *testing.T) {
 }
 
 func TestMemberHandlerAllocatesNothing(t *testing.T) {
-	h := &memberHandler{base: 100, bySlot: make([]*recvState, 1), sample: 1, done: make(chan struct{})}
+	h := newMemberHandler(100, 1, 1)
 	h.bySlot[0] = &recvState{hist: NewHistogram(), nextIdx: 1}
 	h.pending.Store(1)
 	sender := digest.Member{ID: 101, Inc: 1}
@@ -294,7 +295,7 @@ func TestMemberHandlerAllocatesNothing(t *testing.T) {
 func BenchmarkMemberHandlerDeliver(b *testing.B) {
 	for _, size := range []int{64, 1024} {
 		b.Run(byteSize(size), func(b *testing.B) {
-			h := &memberHandler{base: 100, bySlot: make([]*recvState, 1), sample: 1, done: make(chan struct{})}
+			h := newMemberHandler(100, 1, 1)
 			h.bySlot[0] = &recvState{hist: NewHistogram(), nextIdx: 1}
 			sender := digest.Member{ID: 101, Inc: 1}
 			p := make([]byte, size)
@@ -304,6 +305,34 @@ func BenchmarkMemberHandlerDeliver(b *testing.B) {
 				binary.LittleEndian.PutUint64(p, uint64(Nanotime()))
 				binary.LittleEndian.PutUint64(p[8:], uint64(i+1))
 				h.Deliver(sender, uint64(i+1), p)
+			}
+		})
+	}
+}
+
+// BenchmarkMemberHandlerDeliverBatch: the handler as the engine calls it,
+// runs of 64 messages, one latency sample in 16 (mcastbench's default).
+func BenchmarkMemberHandlerDeliverBatch(b *testing.B) {
+	for _, size := range []int{64, 1024} {
+		b.Run(byteSize(size), func(b *testing.B) {
+			h := newMemberHandler(100, 1, 16)
+			h.bySlot[0] = &recvState{hist: NewHistogram(), nextIdx: 1}
+			sender := digest.Member{ID: 101, Inc: 1}
+			ps := make([][]byte, 64)
+			for i := range ps {
+				ps[i] = make([]byte, size)
+			}
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			seq := uint64(1)
+			for i := 0; i < b.N; i += len(ps) {
+				now := uint64(Nanotime())
+				for j, p := range ps {
+					binary.LittleEndian.PutUint64(p, now)
+					binary.LittleEndian.PutUint64(p[8:], seq+uint64(j))
+				}
+				h.DeliverBatch(sender, seq, ps)
+				seq += uint64(len(ps))
 			}
 		})
 	}
@@ -445,4 +474,119 @@ func TestRunMemberTooLargeFailsAtOnce(t *testing.T) {
 	_, err := RunMember(context.Background(), cfg)
 	require.ErrorContains(t, err, "MsgSize 2000: larger than the engine's largest message (Tuning.MaxMessage 1000)")
 	require.Less(t, time.Since(start), time.Minute, "the error waited for the timeout")
+}
+
+// refDeliver is the handler's record of one delivery, written one message
+// at a time: the model TestMemberHandlerBatchModel holds deliverRun to.
+func refDeliver(st *recvState, every, seq uint64, p []byte) {
+	r := &st.res
+	if r.Delivered == 0 {
+		r.FirstSeq = seq
+		if len(p) >= MinMsgSize {
+			r.FirstSendNs = int64(binary.LittleEndian.Uint64(p))
+		}
+	}
+	if !st.follow(seq, seq) {
+		r.OutOfOrder++
+	}
+	r.Delivered++
+	r.LastSeq = seq
+	if r.Delivered%timelineStep == 0 {
+		st.progress.Store(r.Delivered)
+	}
+	st.bytes += int64(len(p))
+	sum := xxh3.Hash(p)
+	st.hash = foldSum(st.hash, seq, sum, len(p))
+	st.segment(seq, sum, len(p))
+	if len(p) < MinMsgSize {
+		r.OutOfOrder++
+		return
+	}
+	idx := binary.LittleEndian.Uint64(p[8:])
+	last := idx&lastFlag != 0
+	idx &^= lastFlag
+	if idx != st.nextIdx {
+		r.OutOfOrder++
+	}
+	st.nextIdx = idx + 1
+	if idx%every == 0 {
+		_ = st.hist.RecordValue(histLowest)
+	}
+	if last {
+		st.progress.Store(r.Delivered)
+		st.complete.Store(true)
+	}
+}
+
+// TestMemberHandlerBatchModel: random streams (gaps, repeats, lost
+// ranges, short payloads, wrong payload indexes, runs across Segments
+// blocks and timeline steps) delivered in random batches leave the record
+// the one-message-at-a-time model leaves, for power-of-two and other
+// sampling rates.
+func TestMemberHandlerBatchModel(t *testing.T) {
+	for _, every := range []int{1, 3, 16} {
+		for seed := int64(1); seed <= 40; seed++ {
+			rng := rand.New(rand.NewSource(seed))
+			h := newMemberHandler(100, 1, every)
+			st := &recvState{hist: NewHistogram(), nextIdx: 1}
+			h.bySlot[0] = st
+			h.pending.Store(1)
+			ref := &recvState{hist: NewHistogram(), nextIdx: 1}
+			sender := digest.Member{ID: 101, Inc: 1}
+			seq := uint64(1)
+			for step := 0; step < 60; step++ {
+				switch rng.Intn(8) {
+				case 0: // a gap no lost range covers
+					seq += uint64(rng.Intn(40))
+				case 1: // back over delivered seqnos
+					seq -= min(seq-1, uint64(rng.Intn(30)))
+				case 2: // a lost range
+					to := seq + uint64(rng.Intn(20))
+					h.Lost(sender, seq, to)
+					ref.res.Lost = append(ref.res.Lost, digest.Range{From: seq, To: to})
+					ref.res.LostMsgs += int64(to - seq + 1)
+					if !ref.follow(seq, to) {
+						ref.res.OutOfOrder++
+					}
+					ref.nextIdx = to + 1
+					seq = to + 1
+					continue
+				}
+				n := 1 + rng.Intn(1500)
+				ps := make([][]byte, n)
+				for i := range ps {
+					p := make([]byte, MinMsgSize+rng.Intn(40))
+					if rng.Intn(200) == 0 {
+						p = p[:rng.Intn(MinMsgSize)]
+					}
+					if len(p) >= MinMsgSize {
+						idx := seq + uint64(i)
+						if rng.Intn(300) == 0 {
+							idx += 7
+						}
+						binary.LittleEndian.PutUint64(p, uint64(Nanotime()))
+						binary.LittleEndian.PutUint64(p[8:], idx)
+					}
+					rng.Read(p[min(len(p), MinMsgSize):])
+					ps[i] = p
+					refDeliver(ref, uint64(every), seq+uint64(i), p)
+				}
+				for first := 0; first < n; {
+					k := min(n-first, 1+rng.Intn(300))
+					h.DeliverBatch(sender, seq+uint64(first), ps[first:first+k])
+					first += k
+				}
+				seq += uint64(n)
+			}
+			st.finish()
+			ref.finish()
+			st.res.LastDeliverNs = 0
+			require.Equal(t, ref.res, st.res, "every %d seed %d", every, seed)
+			require.Equal(t, ref.hash, st.hash)
+			require.Equal(t, ref.bytes, st.bytes)
+			require.Equal(t, ref.nextIdx, st.nextIdx)
+			require.Equal(t, ref.progress.Load(), st.progress.Load())
+			require.Equal(t, ref.hist.TotalCount(), st.hist.TotalCount())
+		}
+	}
 }
