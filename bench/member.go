@@ -1009,6 +1009,7 @@ func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfi
 	invoked := m.Config().Agent.Threading == engine.ThreadingInvoked
 	var i uint64
 	var now, start int64
+	stop := false
 	for {
 		i++
 		last := cfg.Count > 0 && int64(i) >= cfg.Count
@@ -1021,7 +1022,10 @@ func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfi
 		if cfg.Rate > 0 {
 			now = pace(start, i, cfg.Rate, now)
 		}
-		if !last && (sendCtx.Err() != nil || (deadline != 0 && i&255 == 0 && now > deadline)) {
+		// The end (cancelled, or past the deadline) is checked every
+		// 256th message, as the clock is read; a Send that failed on the
+		// cancellation ends it at once (stop).
+		if !last && (stop || (i&255 == 0 && (sendCtx.Err() != nil || (deadline != 0 && now > deadline)))) {
 			last = true
 		}
 		idx := i
@@ -1035,6 +1039,7 @@ func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfi
 		if err := m.Send(c, p); err != nil {
 			if !last && ctx.Err() != nil {
 				i-- // not sent: send the last message in its place
+				stop = true
 				continue
 			}
 			return int64(i - 1), err
