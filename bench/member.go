@@ -35,7 +35,7 @@ const (
 
 // MemberSchema names the JSON layout of MemberResult; it changes when a
 // field changes meaning.
-const MemberSchema = "nakcast.member/3"
+const MemberSchema = "nakcast.member/4"
 
 // MemberID returns the identity of member index i (0-based) of the run
 // whose identities start above runID: every process of one run computes the
@@ -301,11 +301,13 @@ type SenderResult struct {
 	FirstSeq  uint64 `json:"first_seq"`
 	LastSeq   uint64 `json:"last_seq"`
 	// Hash is an order-sensitive hash of what was delivered: a fold, in
-	// delivery order, over each message of x = XXH3-64(payload) ^
-	// seqno*P3 ^ length*P4 as h = rotl64(h*P1 ^ x, 31) * P2 from h = 0
-	// (P1..P4 xxhash64's primes 1..4; see FoldHash); 16 hex digits. Earlier
-	// schemas hashed with xxhash64: schema 1 seqno, length and payload
-	// through one digest, schema 2 each payload.
+	// delivery order, of the blocks of Segments as they close, each as
+	// x = its hash ^ Seg*P3 ^ N*P4, h = rotl64(h*P1 ^ x, 31) * P2 from
+	// h = 0, where a block's hash is the same fold over its messages with
+	// x = XXH3-64(payload) ^ seqno*P3 ^ length*P4 (P1..P4 xxhash64's
+	// primes 1..4; see FoldHash); 16 hex digits. Earlier schemas: 3 folded
+	// each message into Hash directly; 1 and 2 hashed with xxhash64 (1
+	// seqno, length and payload through one digest, 2 each payload).
 	Hash string `json:"hash"`
 	// OutOfOrder counts deliveries and lost ranges that go back over
 	// seqnos already delivered or reported, and deliveries whose payload
@@ -415,7 +417,8 @@ const (
 )
 
 // FoldHash folds one delivered message (its seqno and payload) into the
-// order-sensitive hash h of SenderResult.Hash.
+// order-sensitive hash h of its block (SegmentHash; SenderResult.Hash
+// folds the blocks).
 func FoldHash(h, seq uint64, p []byte) uint64 {
 	return foldSum(h, seq, xxh3.Hash(p), len(p))
 }
@@ -459,9 +462,11 @@ type recvState struct {
 	// runFrom is the first seqno of the current run (0: none yet) and
 	// expect the seqno that continues it.
 	runFrom, expect uint64
-	// seg, segHash and segN are the current block of Segments.
+	// seg, segHash and segN are the current block of Segments, segs the
+	// closed ones (made SegmentHash, with their hash in hex, by finish).
 	seg, segHash uint64
 	segN         int
+	segs         []segSum
 	// now is the delivery time of the current run (0: not read yet).
 	now int64
 	// one holds the payload of a delivery that comes alone (Deliver).
@@ -567,13 +572,12 @@ func (h *memberHandler) deliverRun(st *recvState, first uint64, ps [][]byte) {
 // messages inside one block of Segments, with the hashes and the payload
 // index in locals; seqnos below back go back over earlier ones.
 func (h *memberHandler) deliverBlock(st *recvState, seq, back uint64, ps [][]byte) {
-	hash, segHash, next := st.hash, st.segHash, st.nextIdx
+	segHash, next := st.segHash, st.nextIdx
 	var bytes, odd int64
 	ended := false
 	for _, p := range ps {
 		bytes += int64(len(p))
 		sum := xxh3.Hash(p)
-		hash = foldSum(hash, seq, sum, len(p))
 		segHash = foldSum(segHash, seq, sum, len(p))
 		if seq < back {
 			next = seq
@@ -595,7 +599,7 @@ func (h *memberHandler) deliverBlock(st *recvState, seq, back uint64, ps [][]byt
 			ended = ended || end
 		}
 	}
-	st.hash, st.segHash, st.nextIdx = hash, segHash, next
+	st.segHash, st.nextIdx = segHash, next
 	st.segN += len(ps)
 	st.bytes += bytes
 	st.res.OutOfOrder += odd
@@ -661,9 +665,18 @@ func (st *recvState) segment(seq, sum uint64, n int) {
 	st.segN++
 }
 
+// segSum is a closed block of Segments.
+type segSum struct {
+	seg, hash uint64
+	n         int
+}
+
+// flushSegment closes the current block and folds it into the stream's
+// hash.
 func (st *recvState) flushSegment() {
 	if st.segN > 0 {
-		st.res.Segments = append(st.res.Segments, SegmentHash{Seg: st.seg, N: st.segN, Hash: fmt.Sprintf("%016x", st.segHash)})
+		st.segs = append(st.segs, segSum{seg: st.seg, hash: st.segHash, n: st.segN})
+		st.hash = foldSum(st.hash, st.seg, st.segHash, st.segN)
 	}
 	st.segHash, st.segN = 0, 0
 }
@@ -675,6 +688,10 @@ func (st *recvState) finish() {
 		st.runFrom = 0
 	}
 	st.flushSegment()
+	for _, g := range st.segs {
+		st.res.Segments = append(st.res.Segments, SegmentHash{Seg: g.seg, N: g.n, Hash: fmt.Sprintf("%016x", g.hash)})
+	}
+	st.segs = st.segs[:0]
 }
 
 // recordSent is Deliver for a DiscardOwn sender's own stream, called by
@@ -690,7 +707,6 @@ func (h *memberHandler) recordSent(st *recvState, seq uint64, p []byte, last boo
 	r.LastSeq = seq
 	st.bytes += int64(len(p))
 	sum := xxh3.Hash(p)
-	st.hash = foldSum(st.hash, seq, sum, len(p))
 	if r.Delivered%timelineStep == 0 || last {
 		st.progress.Store(r.Delivered)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/bits"
 	"math/rand"
@@ -196,7 +197,7 @@ func TestMemberHandlerHashAndOrder(t *testing.T) {
 	h.bySlot[0] = st
 	h.pending.Store(1)
 	sender := digest.Member{ID: 101, Inc: 1}
-	var want uint64 // the documented fold, written out independently of FoldHash
+	var block uint64 // the documented folds, written out independently of FoldHash
 	p := make([]byte, 32)
 	for i := uint64(1); i <= 5; i++ {
 		idx := i
@@ -207,8 +208,11 @@ func TestMemberHandlerHashAndOrder(t *testing.T) {
 		binary.LittleEndian.PutUint64(p[8:], idx)
 		h.Deliver(sender, i, p)
 		x := xxh3.Hash(p) ^ i*1609587929392839161 ^ uint64(len(p))*9650029242287828579
-		want = bits.RotateLeft64(want*11400714785074694791^x, 31) * 14029467366897019727
+		block = bits.RotateLeft64(block*11400714785074694791^x, 31) * 14029467366897019727
 	}
+	n, p4 := uint64(5), uint64(9650029242287828579)
+	x := block ^ 0*1609587929392839161 ^ n*p4 // block 0 of 5 messages
+	want := bits.RotateLeft64(0*11400714785074694791^x, 31) * 14029467366897019727
 	h.Deliver(digest.Member{ID: 999, Inc: 1}, 1, p) // not a sender: ignored
 	select {
 	case <-h.done:
@@ -217,6 +221,8 @@ func TestMemberHandlerHashAndOrder(t *testing.T) {
 	}
 	require.Equal(t, int64(5), st.res.Delivered)
 	require.Zero(t, st.res.OutOfOrder)
+	st.finish()
+	require.Equal(t, []SegmentHash{{Seg: 0, N: 5, Hash: fmt.Sprintf("%016x", block)}}, st.res.Segments)
 	require.Equal(t, want, st.hash)
 	require.Equal(t, int64(5), st.hist.TotalCount())
 	// A gap in the payload index is counted.
@@ -495,9 +501,7 @@ func refDeliver(st *recvState, every, seq uint64, p []byte) {
 		st.progress.Store(r.Delivered)
 	}
 	st.bytes += int64(len(p))
-	sum := xxh3.Hash(p)
-	st.hash = foldSum(st.hash, seq, sum, len(p))
-	st.segment(seq, sum, len(p))
+	st.segment(seq, xxh3.Hash(p), len(p))
 	if len(p) < MinMsgSize {
 		r.OutOfOrder++
 		return
