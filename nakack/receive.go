@@ -217,17 +217,33 @@ func (p *Protocol) insertFresh(s *sender, buf *wire.Buffer, d *wire.DataHead, no
 // body or do not end where it does; what it wrote is left in the slots,
 // which nobody reads before they are filled again (the windows keep
 // freed entries, ring.Window.KeepFreed).
+//
+// It is wire.NextMsg's walk written out (wire.MsgLen reads each prefix)
+// and fills each slot's fields one by one: with NextMsg's four results
+// and a struct literal, the compiler kept the position on the stack and
+// zeroed each slot before filling it, a message's cost here.
 func fillRun(slots []msg, ref *dref, body []byte, at int, base uint32) (total uint64, ok bool) {
+	end := len(body)
+	if at < 0 {
+		return 0, false
+	}
 	for i := range slots {
-		off, n, next, ok := wire.NextMsg(body, at)
-		if !ok {
+		if end-at < wire.MsgOverhead {
 			return 0, false
 		}
-		slots[i] = msg{ref: ref, off: base + uint32(off), n: uint32(n)}
+		n := wire.MsgLen(body, at)
+		off := at + wire.MsgOverhead
+		at = off + n
+		if at > end {
+			return 0, false
+		}
+		s := &slots[i]
+		s.ref = ref
+		s.off, s.n = base+uint32(off), uint32(n)
+		s.fi, s.fc = 0, 0
 		total += uint64(n)
-		at = next
 	}
-	return total, at == len(body)
+	return total, at == end
 }
 
 // noteData records a data datagram of s carrying first..last before its

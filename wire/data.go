@@ -199,6 +199,13 @@ func NextMsg(body []byte, at int) (off, n, next int, ok bool) {
 	return at + MsgOverhead, n, next, true
 }
 
+// MsgLen is the length prefix of the message at at in a DATA body: the
+// payload follows it, MsgOverhead bytes on. The caller checks that the
+// prefix lies in body (at+MsgOverhead <= len(body)) and that the payload
+// does; NextMsg does both. For loops whose position the compiler keeps in
+// registers only when nothing else is returned.
+func MsgLen(body []byte, at int) int { return int(binary.LittleEndian.Uint16(body[at:])) }
+
 // DataWriter builds a DATA datagram in a caller's buffer: Reset, then Append
 // or Claim messages until one does not fit, then Finish. The zero value
 // accepts nothing until Reset. A DataWriter does not allocate.
