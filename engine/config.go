@@ -452,21 +452,18 @@ type TuningConfig struct {
 	// InFlightBytes is sender flow control: the most payload bytes of this
 	// member's messages that may be in flight (sent but not yet read by
 	// every member, as their STABLE reports tell) before the agent holds
-	// further messages back. The default (16 MiB) fits what is in flight
+	// further messages back. The default (6 MiB) fits what is in flight
 	// in the receivers' socket buffers with room to spare: the default
-	// SO_RCVBUF of 16 MiB holds some 500 datagrams of 64 KB, about 32 MiB
-	// of payload, on Linux, and the STABLE reports that tell what was read
+	// SO_RCVBUF of 4 MiB holds 127 datagrams of 64 KB, about 8 MiB of
+	// payload, on Linux, and the STABLE reports that tell what was read
 	// are up to a round old; more than a receiver's buffer overflows it
 	// whenever it is descheduled for a moment, and the drops come back as
-	// NAKs and repairs; much less stalls a fast stream on every round.
-	// Where the kernel caps the receive buffer
-	// (net.core.rmem_max, not root) the default is at most 3/4 of what the
-	// group socket got. With datagrams of 16 KB or less it is 6 MiB, and
-	// 2 MiB with the offloads on (Transport.NoGSO false): there a sender
-	// can outrun a receiver's socket, whose buffer the kernel charges more
+	// NAKs and repairs. With datagrams of 16 KB or less and the offloads
+	// on (Transport.NoGSO false) the default is 2 MiB: there a sender can
+	// outrun a receiver's socket, whose buffer the kernel charges more
 	// overhead per byte, and a burst it drops comes back as a burst of
-	// repairs that overflows it again. The measurements behind these are
-	// in bench/RESULTS.md and docs/performance.md. -1: no limit but Window.
+	// repairs that overflows it again. The measurements behind both are
+	// in bench/RESULTS.md. -1: no limit but Window.
 	InFlightBytes int
 	// PoolBytes bounds the bytes of outstanding datagram buffers; a
 	// receive when the pool is exhausted is a counted drop.

@@ -43,31 +43,6 @@ func TestConfigDefaults(t *testing.T) {
 
 // TestConfigErrors checks that every bad value is refused with an error
 // wrapping ErrInvalidConfig that names the field.
-// TestInFlightDefaults: the flow-control default by datagram size and
-// offloads, and its cap where the kernel capped the receive buffer: only
-// a default is capped (an application's own value stands), to 3/4 of the
-// buffer the kernel reports, never below one datagram.
-func TestInFlightDefaults(t *testing.T) {
-	c, err := Config{}.resolve()
-	require.NoError(t, err)
-	require.Equal(t, DefaultInFlightBytes, c.InFlightBytes, "64 KB datagrams")
-	small := Config{Tuning: TuningConfig{MaxDatagram: 1472}}
-	c, err = small.resolve()
-	require.NoError(t, err)
-	require.Equal(t, DefaultInFlightBytesSmall, c.InFlightBytes)
-	small.Transport.NoGSO = true
-	c, err = small.resolve()
-	require.NoError(t, err)
-	require.Equal(t, DefaultInFlightBytesMid, c.InFlightBytes)
-
-	require.Equal(t, 6<<20, cappedInFlight(0, DefaultInFlightBytes, 8<<20), "rmem_max 4 MiB: the kernel reports 8 MiB")
-	require.Equal(t, DefaultInFlightBytes, cappedInFlight(0, DefaultInFlightBytes, 32<<20), "not below the default's need")
-	require.Equal(t, 64<<20, cappedInFlight(64<<20, 64<<20, 8<<20), "the application's value")
-	require.Equal(t, -1, cappedInFlight(-1, -1, 8<<20), "no limit, as asked")
-	require.Equal(t, MinDatagram, cappedInFlight(0, DefaultInFlightBytes, 600))
-	require.Equal(t, DefaultInFlightBytes, cappedInFlight(0, DefaultInFlightBytes, 0), "no buffer reported (another backend)")
-}
-
 func TestConfigErrors(t *testing.T) {
 	self := digest.Member{ID: 7, Inc: 1}
 	other := digest.Member{ID: 8, Inc: 1}

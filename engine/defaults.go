@@ -80,7 +80,7 @@ var settingsTable = []setting{
 		def: DefaultPoolBytes, loFn: func(c *Config) int64 { return int64(4 * c.Transport.BatchSize * c.Tuning.MaxDatagram) },
 		hi: 1 << 40, doc: "bytes of datagram buffers outstanding (at least 4 batches of Tuning.MaxDatagram)"},
 	{name: "Tuning.InFlightBytes", field: func(c *Config) ref { return refOf(&c.Tuning.InFlightBytes) },
-		defFn: defaultInFlight, defDoc: "16 MiB; 6 MiB with datagrams up to 16 KB, 2 MiB with those and the offloads on; at most 3/4 of a capped receive buffer",
+		defFn: defaultInFlight, defDoc: "6 MiB; 2 MiB with datagrams up to 16 KB and the offloads on",
 		lo: -1, hi: unbounded, check: checkInFlight, doc: "payload bytes a sender may have in flight (-1: only Tuning.Window limits)"},
 	{name: "Tuning.RateLimit", field: func(c *Config) ref { return refOf(&c.Tuning.RateLimit) },
 		hi: unbounded, check: checkRate, doc: "payload bytes per second a member sends (0: unlimited; else at least Tuning.BundleBytes)"},
@@ -120,27 +120,10 @@ func checkSuspect(c *Config, _ int64) error {
 // defaultInFlight is smaller with datagrams the receive offload reads in
 // runs (TuningConfig.InFlightBytes says why).
 func defaultInFlight(c *Config, _ *env) int64 {
-	switch {
-	case c.Tuning.MaxDatagram > transport.GROMaxDatagram:
-		return DefaultInFlightBytes
-	case c.Transport.NoGSO:
-		return DefaultInFlightBytesMid
+	if c.Tuning.MaxDatagram <= transport.GROMaxDatagram && !c.Transport.NoGSO {
+		return DefaultInFlightBytesSmall
 	}
-	return DefaultInFlightBytesSmall
-}
-
-// cappedInFlight is InFlightBytes for a member whose group socket got a
-// receive buffer of got bytes (as the kernel reports it: twice what was
-// set) where more was asked: the default, if the application left it
-// (asked 0), at most 3/4 of got, the share of a buffer of 64 KB
-// datagrams that payload fills with room to spare. The receivers' buffers
-// are their own, but a group's members run alike, and a sender that puts
-// more in flight than they hold overflows them into repairs.
-func cappedInFlight(asked, set, got int) int {
-	if asked != 0 || got <= 0 || set <= 0 {
-		return set
-	}
-	return max(min(set, got/4*3), MinDatagram)
+	return DefaultInFlightBytes
 }
 
 func checkInFlight(_ *Config, v int64) error {

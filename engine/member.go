@@ -138,9 +138,6 @@ func newMember(config Config, step *Stepping) (*Member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err) // transport errors name themselves
 	}
-	if info.BufferCapped {
-		cfg.InFlightBytes = cappedInFlight(config.Tuning.InFlightBytes, cfg.InFlightBytes, info.GroupRecvBuffer)
-	}
 	m := &Member{
 		cfg:     cfg,
 		tr:      tr,

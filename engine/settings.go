@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nakcast/nakcast/digest"
-	"github.com/nakcast/nakcast/engine/transport"
 )
 
 // Defaults of Config's numeric settings (the table below applies them).
@@ -20,16 +19,15 @@ const (
 	DefaultInlineSize   = 1024
 	DefaultMaxMessage   = 16 << 20
 	// DefaultWindow is 128Ki messages: with 64 B messages that is 8 MiB
-	// of payload, less than DefaultInFlightBytes, so the count holds a
-	// small-message sender before byte flow control does; with half of
-	// it a 64 B stream on loopback kept waiting on the full window while
-	// the STABLEs that free it were on their way (docs/performance.md),
-	// with it the window is full a few times a second at most. Its cost:
-	// twice Window slots of 24 B for each sender heard (made on its first
-	// message).
+	// of payload, more than DefaultInFlightBytes, so byte flow control
+	// holds a small-message sender before the count does: with half of
+	// it a 64 B stream on loopback keeps waiting on the full window while
+	// the STABLEs that free it are on their way (docs/performance.md).
+	// Its cost: twice Window slots of 24 B for each sender heard (made on
+	// its first message).
 	DefaultWindow         = 1 << 17
 	DefaultBatchSize      = 64
-	DefaultSocketBuffer   = transport.DefaultBufferSize
+	DefaultSocketBuffer   = 4 << 20
 	DefaultNakDelay       = 2 * time.Millisecond
 	DefaultNakInterval    = 10 * time.Millisecond
 	DefaultNakMaxInterval = 500 * time.Millisecond
@@ -48,13 +46,10 @@ const (
 	DefaultDiscoveryRounds  = 3
 	DefaultDeliverBatch     = 1024
 	DefaultPoolBytes        = 256 << 20
-	// DefaultInFlightBytes is InFlightBytes' default with datagrams over
-	// 16 KB, DefaultInFlightBytesMid with smaller ones and the offloads
-	// off, DefaultInFlightBytesSmall with smaller ones and the offloads on
-	// (see TuningConfig.InFlightBytes). A member whose receive buffer the
-	// kernel capped (Transport.RecvBuffer) uses at most 3/4 of what it got.
-	DefaultInFlightBytes      = 16 << 20
-	DefaultInFlightBytesMid   = 6 << 20
+	DefaultInFlightBytes    = 6 << 20
+	// DefaultInFlightBytesSmall is InFlightBytes' default with datagrams
+	// of 16 KB or less and the segmentation offloads on (see
+	// TuningConfig.InFlightBytes).
 	DefaultInFlightBytesSmall = 2 << 20
 )
 

@@ -80,7 +80,7 @@ type GroupFilterSetter interface {
 const (
 	DefaultInterface  = "lo"
 	DefaultBatchSize  = 64
-	DefaultBufferSize = 16 << 20
+	DefaultBufferSize = 4 << 20
 	// MaxBatchSize is the kernel's limit on messages per recvmmsg/sendmmsg
 	// (UIO_MAXIOV).
 	MaxBatchSize = 1024
@@ -135,10 +135,10 @@ type Config struct {
 	// on loopback still delivers to every member on the host. 0..1, or
 	// 0..255 with AllowNonLoopback.
 	TTL int
-	// RecvBuffer is SO_RCVBUF asked for both sockets (default 16 MiB). When
+	// RecvBuffer is SO_RCVBUF asked for both sockets (default 4 MiB). When
 	// net.core.rmem_max caps it, SO_RCVBUFFORCE is tried (works as root).
 	RecvBuffer int
-	// SendBuffer is SO_SNDBUF asked for the sending socket (default 16 MiB),
+	// SendBuffer is SO_SNDBUF asked for the sending socket (default 4 MiB),
 	// with SO_SNDBUFFORCE as for RecvBuffer.
 	SendBuffer int
 	// BatchSize is the number of datagrams one call moves at most
