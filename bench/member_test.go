@@ -298,49 +298,44 @@ func TestMemberHandlerAllocatesNothing(t *testing.T) {
 	require.Zero(t, allocs)
 }
 
+// BenchmarkMemberHandlerDeliver: the handler one message at a time
+// (every latency sampled), and as the engine calls it with a
+// BatchHandler ("batch": runs of 64, one sample in 16, mcastbench's
+// default).
 func BenchmarkMemberHandlerDeliver(b *testing.B) {
 	for _, size := range []int{64, 1024} {
-		b.Run(byteSize(size), func(b *testing.B) {
-			h := newMemberHandler(100, 1, 1)
-			h.bySlot[0] = &recvState{hist: NewHistogram(), nextIdx: 1}
-			sender := digest.Member{ID: 101, Inc: 1}
-			p := make([]byte, size)
-			b.SetBytes(int64(size))
-			b.ReportAllocs()
-			for i := 0; i < b.N; i++ {
-				binary.LittleEndian.PutUint64(p, uint64(Nanotime()))
-				binary.LittleEndian.PutUint64(p[8:], uint64(i+1))
-				h.Deliver(sender, uint64(i+1), p)
+		for _, run := range []int{1, 64} {
+			name := byteSize(size)
+			every := 1
+			if run > 1 {
+				name, every = name+"/batch", 16
 			}
-		})
-	}
-}
-
-// BenchmarkMemberHandlerDeliverBatch: the handler as the engine calls it,
-// runs of 64 messages, one latency sample in 16 (mcastbench's default).
-func BenchmarkMemberHandlerDeliverBatch(b *testing.B) {
-	for _, size := range []int{64, 1024} {
-		b.Run(byteSize(size), func(b *testing.B) {
-			h := newMemberHandler(100, 1, 16)
-			h.bySlot[0] = &recvState{hist: NewHistogram(), nextIdx: 1}
-			sender := digest.Member{ID: 101, Inc: 1}
-			ps := make([][]byte, 64)
-			for i := range ps {
-				ps[i] = make([]byte, size)
-			}
-			b.SetBytes(int64(size))
-			b.ReportAllocs()
-			seq := uint64(1)
-			for i := 0; i < b.N; i += len(ps) {
-				now := uint64(Nanotime())
-				for j, p := range ps {
-					binary.LittleEndian.PutUint64(p, now)
-					binary.LittleEndian.PutUint64(p[8:], seq+uint64(j))
+			b.Run(name, func(b *testing.B) {
+				h := newMemberHandler(100, 1, every)
+				h.bySlot[0] = &recvState{hist: NewHistogram(), nextIdx: 1}
+				sender := digest.Member{ID: 101, Inc: 1}
+				ps := make([][]byte, run)
+				for i := range ps {
+					ps[i] = make([]byte, size)
 				}
-				h.DeliverBatch(sender, seq, ps)
-				seq += uint64(len(ps))
-			}
-		})
+				b.SetBytes(int64(size))
+				b.ReportAllocs()
+				seq := uint64(1)
+				for i := 0; i < b.N; i += run {
+					now := uint64(Nanotime())
+					for j, p := range ps {
+						binary.LittleEndian.PutUint64(p, now)
+						binary.LittleEndian.PutUint64(p[8:], seq+uint64(j))
+					}
+					if run == 1 {
+						h.Deliver(sender, seq, ps[0])
+					} else {
+						h.DeliverBatch(sender, seq, ps)
+					}
+					seq += uint64(run)
+				}
+			})
+		}
 	}
 }
 
