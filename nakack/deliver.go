@@ -5,6 +5,11 @@ import (
 	"github.com/nakcast/nakcast/ring"
 )
 
+// deliverRunMax bounds a run of a window's entries taken in one step
+// (delivered in place, or consumed): what a BatchHandler gets in one
+// call at most, and the capacity of the payload scratch it is given.
+const deliverRunMax = 256
+
 // reassembly is the per-sender state of a fragmented message being
 // delivered. Its buffer grows to the largest message seen (bounded by
 // Config.MaxMessage) and is reused.
@@ -172,7 +177,7 @@ func (p *Protocol) drain(s *sender, h Handler, bh BatchHandler, max int) (k int,
 			}
 			continue
 		}
-		lim := min(max-k, len(p.dscr))
+		lim := min(max-k, deliverRunMax)
 		if s.hasCut {
 			d := w.Delivered()
 			if d >= s.cut {
@@ -270,9 +275,11 @@ func (p *Protocol) pendingStep(s *sender, h Handler, bh BatchHandler, limit int)
 			p.extendPending(s, r.To)
 			return 0, true
 		}
-		lim := int(min(uint64(min(limit, len(p.dscr))), pd.To-d))
-		if first, c := w.RemoveBatch(p.dscr[:lim]); c > 0 {
-			p.deliverRun(s, h, bh, first, p.dscr[:c]) // dropped: skipTo
+		lim := int(min(uint64(min(limit, deliverRunMax)), pd.To-d))
+		if first, run := w.Peek(lim); len(run) > 0 { // read in place, as drain does
+			c := len(run)
+			p.deliverRun(s, h, bh, first, run) // dropped: skipTo
+			w.Advance(c)
 			return c, true
 		}
 		return 0, false // not received yet, or no room yet

@@ -919,9 +919,9 @@ func (p *Protocol) ForcePurge(m digest.Member, upto uint64) (int, error) {
 func (p *Protocol) skipTo(s *sender, target uint64) {
 	w := s.win
 	for w.Delivered() < target {
-		lim := int(min(uint64(len(p.dscr)), target-w.Delivered()))
-		if _, c := w.RemoveBatch(p.dscr[:lim]); c > 0 {
-			continue // p.dscr is scratch, not cleared (drain)
+		lim := int(min(uint64(deliverRunMax), target-w.Delivered()))
+		if _, c := w.Consume(lim); c > 0 {
+			continue
 		}
 		if r, ok := w.SkipLost(); ok {
 			if r.To > target { // consumed past target: cannot split a lost run

@@ -325,7 +325,6 @@ type Protocol struct {
 	// it (wire.DecodeDataOffsets), for insertData: the lengths are walked
 	// once. It grows to the largest datagram's count and stays.
 	offs    []uint32
-	dscr    []msg
 	ranges  []wire.Range
 	entries []digest.Entry
 	// unused datagram references (refs.go)
@@ -367,7 +366,6 @@ func New(cfg Config) (*Protocol, error) {
 		maxMsg:       wire.MaxBundledMessageLen(cfg.MaxDatagram),
 		history:      digest.NewHistory(cfg.HistorySize),
 		scratch:      make([]msg, max(cfg.MaxBundle, 1024)),
-		dscr:         make([]msg, 256),
 		ranges:       make([]wire.Range, 0, cfg.MaxNakRanges),
 		budget:       cfg.RepairBudget,
 		nakJitter:    cfg.NakJitter,
@@ -379,7 +377,7 @@ func New(cfg Config) (*Protocol, error) {
 	}
 	p.ownPend = make([]msg, cfg.MaxBundle)
 	p.dgramPls = make([][]byte, cfg.MaxBundle)
-	p.pscr = make([][]byte, 0, len(p.dscr))
+	p.pscr = make([][]byte, 0, deliverRunMax)
 	p.own = p.addSender(cfg.Self, 0, cfg.SendWindow)
 	p.own.own = true
 	p.own.window()
