@@ -218,10 +218,10 @@ func (p *Protocol) insertFresh(s *sender, buf *wire.Buffer, d *wire.DataHead, no
 // which nobody reads before they are filled again (the windows keep
 // freed entries, ring.Window.KeepFreed).
 //
-// It is wire.NextMsg's walk written out (wire.MsgLen reads each prefix)
-// and fills each slot's fields one by one: with NextMsg's four results
-// and a struct literal, the compiler kept the position on the stack and
-// zeroed each slot before filling it, a message's cost here.
+// It walks the length prefixes itself (wire.MsgLen, with wire.NextMsg's
+// checks) and writes each slot's fields rather than a struct literal, so
+// that the position stays in registers and each slot is stored once: this
+// loop runs once a message received and once a message sent.
 func fillRun(slots []msg, ref *dref, body []byte, at int, base uint32) (total uint64, ok bool) {
 	end := len(body)
 	if at < 0 {
