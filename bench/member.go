@@ -305,9 +305,9 @@ type SenderResult struct {
 	// x = its hash ^ Seg*P3 ^ N*P4, h = rotl64(h*P1 ^ x, 31) * P2 from
 	// h = 0, where a block's hash is the same fold over its messages with
 	// x = XXH3-64(payload) ^ seqno*P3 ^ length*P4 (P1..P4 xxhash64's
-	// primes 1..4; see FoldHash); 16 hex digits. Earlier schemas: 3 folded
-	// each message into Hash directly; 1 and 2 hashed with xxhash64 (1
-	// seqno, length and payload through one digest, 2 each payload).
+	// primes 1..4; see FoldHash); 16 hex digits. Folding blocks, not
+	// messages, costs one fold a message, not two; equal streams still
+	// give equal blocks in the same order.
 	Hash string `json:"hash"`
 	// OutOfOrder counts deliveries and lost ranges that go back over
 	// seqnos already delivered or reported, and deliveries whose payload
@@ -479,12 +479,9 @@ type recvState struct {
 // memberHandler records deliveries of every sender; it allocates nothing
 // per message.
 type memberHandler struct {
-	base   uint64 // MemberID(runID, i).ID == base+i+1
-	bySlot []*recvState
-	// every is MemberConfig.SampleEvery, pow2 whether it is a power of
-	// two (then a mask, not a division, picks the sampled indexes).
-	every   uint64
-	pow2    bool
+	base    uint64 // MemberID(runID, i).ID == base+i+1
+	bySlot  []*recvState
+	sampled sampler
 	pending atomic.Int32 // senders whose last message is still to come
 	done    chan struct{}
 	once    sync.Once
@@ -493,9 +490,28 @@ type memberHandler struct {
 // newMemberHandler is the handler of a member of a group of members
 // whose ids are base+1.., recording the latency of one message in every.
 func newMemberHandler(base uint64, members, every int) *memberHandler {
-	h := &memberHandler{base: base, bySlot: make([]*recvState, members), every: uint64(max(every, 1)), done: make(chan struct{})}
-	h.pow2 = h.every&(h.every-1) == 0
-	return h
+	return &memberHandler{base: base, bySlot: make([]*recvState, members), sampled: newSampler(every), done: make(chan struct{})}
+}
+
+// sampler picks the messages whose latency is recorded: payload index
+// idx is sampled when idx % every == 0, with a mask, not a division, when
+// every is a power of two. Senders and receivers pick the same ones.
+type sampler struct {
+	every uint64
+	pow2  bool
+}
+
+func newSampler(every int) sampler {
+	e := uint64(max(every, 1))
+	return sampler{every: e, pow2: e&(e-1) == 0}
+}
+
+// hit reports whether payload index idx is sampled.
+func (s sampler) hit(idx uint64) bool {
+	if s.pow2 {
+		return idx&(s.every-1) == 0
+	}
+	return idx%s.every == 0
 }
 
 func (h *memberHandler) state(s digest.Member) *recvState {
@@ -525,7 +541,7 @@ func (h *memberHandler) DeliverBatch(sender digest.Member, first uint64, ps [][]
 
 // deliverRun records delivered messages first, first+1, ... (payloads ps)
 // of st's sender. It leaves the same record as recording them one at a
-// time (TestMemberHandlerBatchIsDeliverEach): what does not depend on
+// time (TestMemberHandlerBatchModel): what does not depend on
 // the payloads (the run, the count, the timeline) is kept once a run,
 // the rest (hashes, the payload index, latency samples) once a message.
 func (h *memberHandler) deliverRun(st *recvState, first uint64, ps [][]byte) {
@@ -594,7 +610,7 @@ func (h *memberHandler) deliverBlock(st *recvState, seq, back uint64, ps [][]byt
 			odd++
 		}
 		next = idx + 1
-		if end || h.sampled(idx) {
+		if end || h.sampled.hit(idx) {
 			h.sample(st, p, idx)
 			ended = ended || end
 		}
@@ -609,14 +625,6 @@ func (h *memberHandler) deliverBlock(st *recvState, seq, back uint64, ps [][]byt
 	}
 }
 
-// sampled reports whether the latency of payload index idx is recorded.
-func (h *memberHandler) sampled(idx uint64) bool {
-	if h.pow2 {
-		return idx&(h.every-1) == 0
-	}
-	return idx%h.every == 0
-}
-
 // sample records the latency of message p (payload index idx) if it is
 // sampled, and the time of the stream's last delivery so far. The engine
 // hands over a run's messages in one call, so they share one delivery
@@ -626,7 +634,7 @@ func (h *memberHandler) sample(st *recvState, p []byte, idx uint64) {
 		st.now = Nanotime()
 	}
 	now := st.now
-	if h.sampled(idx) {
+	if h.sampled.hit(idx) {
 		_ = st.hist.RecordValue(max(now-int64(binary.LittleEndian.Uint64(p)), histLowest))
 	}
 	st.res.LastDeliverNs = now
@@ -1015,13 +1023,9 @@ func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfi
 	// The send time goes into the messages whose latency receivers
 	// record (index % SampleEvery == 0) and the first; the clock is read
 	// for those and every 256th message (the deadline), not for every
-	// message: a read costs about 25 ns, a third of what the engine spends
-	// on a 64 B message.
-	sample := uint64(max(cfg.SampleEvery, 1))
-	mask := sample - 1 // picks the sampled indexes when sample is a power of two
-	if sample&mask != 0 {
-		mask = 0
-	}
+	// message: a read costs a large share of what the engine spends on a
+	// small message.
+	sampled := newSampler(cfg.SampleEvery)
 	invoked := m.Config().Agent.Threading == engine.ThreadingInvoked
 	var i uint64
 	var now, start int64
@@ -1029,7 +1033,7 @@ func sendMessages(ctx, runCtx context.Context, m *engine.Member, cfg MemberConfi
 	for {
 		i++
 		last := cfg.Count > 0 && int64(i) >= cfg.Count
-		if i == 1 || i&255 == 0 || cfg.Rate > 0 || (mask != 0 && i&mask == 0) || (mask == 0 && i%sample == 0) {
+		if i == 1 || i&255 == 0 || cfg.Rate > 0 || sampled.hit(i) {
 			now = Nanotime()
 		}
 		if i == 1 {
