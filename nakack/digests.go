@@ -247,13 +247,16 @@ func (p *Protocol) depart(s *sender, now time.Duration) {
 // its cut declared lost that Poll has not reported are missing again, to
 // be fetched from the sender, which is alive and holds them (a merge
 // digest then marks lost what its side purged; what a MSG_NOT_FOUND or an
-// earlier merge made lost stays lost). If the cut ends a lost event there
-// (cutEndsLost), a survivor that reported before the sender came back
-// ended its event at the cut: the cut stays an event boundary here
-// (sender.bounds), so that a run found lost across it is reported in the
-// same ranges.
+// earlier merge made lost stays lost). A cut that Poll has not reported
+// past stays an event boundary here (sender.bounds): a survivor that
+// reached it before the sender came back ended any lost event there
+// (nothing beyond a cut is delivered or reported), and whether it did
+// depends on what that survivor held at the cut, which this member's
+// window may not hold yet (the fragment at the cut beginning a message
+// that goes on beyond it). A bound splits only an event that spans it,
+// which every survivor that reported up to the cut split the same way.
 func (p *Protocol) dropCut(s *sender, now time.Duration) {
-	if p.cutEndsLost(s) && (len(s.bounds) == 0 || s.bounds[len(s.bounds)-1] < s.cut) {
+	if s.hasCut && s.cut > s.reasm.reported && (len(s.bounds) == 0 || s.bounds[len(s.bounds)-1] < s.cut) {
 		s.bounds = append(s.bounds, s.cut)
 	}
 	s.state, s.hasCut, s.cut = live, false, 0
@@ -268,37 +271,6 @@ func (p *Protocol) dropCut(s *sender, now time.Duration) {
 	s.cutLost, s.cutStable = s.cutLost[:0], 0
 	p.dequeueRepair(s)
 	p.checkGaps(s, now)
-}
-
-// cutEndsLost reports whether departed sender s's cut, fixed and not
-// yet passed by what Poll reported, ends a lost event at the cut for
-// every survivor that reports up to it: the cut lies in a range it
-// declared lost, or inside a fragmented message that is lost (one that
-// goes on beyond the cut, lostAtCut, or with a fragment marked lost), as
-// far as this member's window holds the fragment at the cut.
-func (p *Protocol) cutEndsLost(s *sender) bool {
-	if !s.hasCut || s.cut <= s.reasm.reported || s.win == nil {
-		return false
-	}
-	for _, r := range s.cutLost {
-		if r.From <= s.cut && s.cut <= r.To {
-			return true
-		}
-	}
-	m, held := s.win.Get(s.cut)
-	if !held || m.fc == 0 {
-		return false
-	}
-	first := s.cut - uint64(m.fi)
-	if first+uint64(m.fc)-1 > s.cut {
-		return true
-	}
-	for q := first; q < s.cut; q++ {
-		if _, lost := s.win.LostRun(q); lost {
-			return true
-		}
-	}
-	return false
 }
 
 // resumeOrStart gives m, new in a view that brings no digest, a window: at

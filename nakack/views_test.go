@@ -471,6 +471,51 @@ func TestMergeViewBeforeCutClosed(t *testing.T) {
 	require.Empty(t, c.rec(mA).lostOf(mB))
 }
 
+// TestMergeViewKeepsCutAsBoundWhereCutNotHeld: C sends m1, m2, a
+// message of three fragments (3..5) and one more; A holds 1..3, B only 1
+// and 2. C departs and the cut is fixed at 3: A delivers 1 and 2 and
+// reports 3 lost at once (its message goes on beyond the cut), while B
+// still waits for 3 (Poll only, no time for a repair) when a merge view
+// brings C back. C has purged its own 1..5 meanwhile, so both learn from
+// its MSG_NOT_FOUND that 4..5 (and, for B, 3) are lost. A ended its event
+// at the cut; B, which never held the fragment at the cut and so could
+// not tell that the cut ended an event there, must report the same
+// ranges: the dropped cut is a boundary for B too.
+func TestMergeViewKeepsCutAsBoundWhereCutNotHeld(t *testing.T) {
+	c := newCluster(t, func(cfg *Config) { cfg.MaxBundle = 1 }, mA, mB, mC)
+	ds := sendFrag(t, c, 3)
+	for _, s := range []uint64{1, 2, 3} {
+		c.deliverTo(dataOf(t, ds, s), mA)
+	}
+	for _, s := range []uint64{1, 2} {
+		c.deliverTo(dataOf(t, ds, s), mB)
+	}
+	vAB := View{ID: digest.ViewID{Coord: mA, Counter: 2}, Members: []digest.Member{mA, mB}}
+	for _, m := range []digest.Member{mA, mB} {
+		c.p(m).InstallView(vAB, digest.Digest{}, c.now)
+		c.applyCut(m, mC, 3)
+	}
+	c.poll()
+	require.Equal(t, []lostEvent{{mC, 3, 3}}, c.rec(mA).lostOf(mC), "A: the message at the cut goes on beyond it")
+	require.Empty(t, c.rec(mB).lostOf(mC), "B: 3 not held yet")
+	_, err := c.p(mC).ForcePurge(mC, 5)
+	require.NoError(t, err)
+	v3 := View{ID: digest.ViewID{Coord: mA, Counter: 3}, Members: []digest.Member{mA, mB, mC}}
+	md := digest.NewMutable(v3.Members)
+	md.MergeDigest(c.p(mA).Digest())
+	md.MergeDigest(c.p(mC).Digest())
+	d, err := md.Complete()
+	require.NoError(t, err)
+	for _, m := range c.order {
+		c.p(m).InstallMergeView(v3, d, c.now)
+	}
+	c.run(c.now+time.Second, nil)
+	for _, m := range []digest.Member{mA, mB} {
+		require.Equal(t, []uint64{1, 2, 6}, c.rec(m).seqs(mC), "member %v", m)
+		require.Equal(t, []lostEvent{{mC, 3, 3}, {mC, 4, 5}}, c.rec(m).lostOf(mC), "member %v", m)
+	}
+}
+
 // TestMergeViewBeforeCutClosedDropsItsLostRanges: C departs from the view
 // of A and B while neither holds C's 6 and 7 (A lacks 9, B lacks 8), so
 // its cut (10) declares 6..7 lost; before either survivor has delivered up
