@@ -257,6 +257,9 @@ type Protocol struct {
 	bundleRef *dref
 	ownPend   []msg
 	ownN      int
+	// bundleOffs is SendBatch's scratch: where wire.DataWriter.AppendRun
+	// put each payload.
+	bundleOffs []uint32
 	// filledBundle: SendBatch emitted a bundle because it was full and no
 	// idle Flush came since, so the next bundle opens at MaxDatagram
 	// rather than at its first run's size (bundleSize), which the next
@@ -376,6 +379,7 @@ func New(cfg Config) (*Protocol, error) {
 		chaseAt:      NoDeadline,
 	}
 	p.ownPend = make([]msg, cfg.MaxBundle)
+	p.bundleOffs = make([]uint32, cfg.MaxBundle)
 	p.dgramPls = make([][]byte, cfg.MaxBundle)
 	p.pscr = make([][]byte, 0, deliverRunMax)
 	p.own = p.addSender(cfg.Self, 0, cfg.SendWindow)

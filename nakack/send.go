@@ -729,27 +729,18 @@ func (p *Protocol) SendBatch(payloads [][]byte, now time.Duration) (first uint64
 				break
 			}
 		}
-		// Fill the open bundle: the tight loop.
-		ref, base := p.bundleRef, p.bundle
-		pend := p.ownPend[:maxBundle]
-		k, i := p.ownN, n
-		for ; i < len(todo) && p.bw.Count() < maxBundle; i++ {
-			pl := todo[i]
-			if len(pl) > maxMsg {
-				break
-			}
-			dst := p.bw.Claim(len(pl))
-			if dst == nil {
-				break
-			}
-			copy(dst, pl)
-			pend[k] = msg{ref: ref, off: offsetIn(base, dst), n: uint32(len(dst))}
-			k++
+		// Fill the open bundle: wire's tight loop, then the window
+		// entries from the offsets it wrote.
+		ref, k := p.bundleRef, p.ownN
+		offs := p.bundleOffs[:max(0, maxBundle-p.bw.Count())]
+		taken := p.bw.AppendRun(todo[n:], len(offs), maxMsg, offs)
+		pend, pls := p.ownPend[k:k+taken], todo[n:n+taken]
+		for j, o := range offs[:taken] {
+			pend[j] = msg{ref: ref, off: o, n: uint32(len(pls[j]))}
 		}
-		taken := i - n
-		p.ownN = k
+		p.ownN = k + taken
 		p.nextSeq += uint64(taken)
-		n = i
+		n += taken
 		if n == len(todo) || len(todo[n]) > maxMsg {
 			if n < len(todo) {
 				p.fl.held = nil // the next call takes the fragmented payload

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -57,4 +58,65 @@ func TestDataWriterAdopt(t *testing.T) {
 	binary.LittleEndian.PutUint16(small[DataOverhead:], 5)
 	require.NoError(t, w.Reset(small, authHdr(mA, 3), mB, 1))
 	require.ErrorIs(t, w.Adopt(1, DataOverhead+MsgOverhead+5, nil), ErrMalformed)
+}
+
+// TestDataWriterAppendRun: AppendRun takes what Append, called in a loop
+// until it refuses or a payload is longer than maxLen, would take, up to
+// maxCount and len(offs), and writes the same datagram; offs tell where
+// each payload begins in the buffer (0 for an empty one), as Claim's
+// slices do. Random runs of sizes around the buffer's room, with an open
+// bundle already holding messages, checked against that model.
+func TestDataWriterAppendRun(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for round := range 2000 {
+		size := DataOverhead + TrailerLen + MsgOverhead + rng.IntN(600)
+		maxLen := rng.IntN(200)
+		maxCount := rng.IntN(12)
+		pls := make([][]byte, rng.IntN(12))
+		for i := range pls {
+			pls[i] = make([]byte, rng.IntN(220))
+			for j := range pls[i] {
+				pls[i][j] = byte(rng.Uint32())
+			}
+		}
+		before := rng.IntN(3)
+		var want, got DataWriter
+		wbuf, gbuf := make([]byte, size), make([]byte, size)
+		require.NoError(t, want.Reset(wbuf, authHdr(mA, 3), mB, 40))
+		require.NoError(t, got.Reset(gbuf, authHdr(mA, 3), mB, 40))
+		for range before {
+			require.Equal(t, want.Append([]byte("x")), got.Append([]byte("x")))
+		}
+		count0 := want.Count()
+		var wantOffs []uint32
+		for _, pl := range pls {
+			if len(wantOffs) == maxCount || len(pl) > maxLen {
+				break
+			}
+			start := want.off + MsgOverhead
+			dst := want.Claim(len(pl))
+			if dst == nil {
+				break
+			}
+			copy(dst, pl)
+			off := uint32(0)
+			if len(dst) > 0 {
+				require.Same(t, &wbuf[start], &dst[0])
+				off = uint32(start)
+			}
+			wantOffs = append(wantOffs, off)
+		}
+		offs := make([]uint32, 16)
+		n := got.AppendRun(pls, maxCount, maxLen, offs)
+		require.Equal(t, len(wantOffs), n, "round %d", round)
+		require.Equal(t, count0+n, got.Count(), "round %d", round)
+		if n > 0 {
+			require.Equal(t, wantOffs, offs[:n], "round %d", round)
+		}
+		require.Equal(t, want.Finish(), got.Finish(), "round %d", round)
+	}
+	var w DataWriter
+	require.Zero(t, w.AppendRun([][]byte{[]byte("a")}, 1, 10, make([]uint32, 1)), "before Reset")
+	require.NoError(t, w.Reset(make([]byte, 200), authHdr(mA, 3), mB, 1))
+	require.Equal(t, 1, w.AppendRun([][]byte{[]byte("a"), []byte("b")}, 5, 10, make([]uint32, 1)), "at most len(offs)")
 }

@@ -36,6 +36,24 @@ func BenchmarkBundleEncode64(b *testing.B) {
 	}
 }
 
+// BenchmarkBundleEncodeRun64 is BenchmarkBundleEncode64 with AppendRun
+// (SendBatch's loop) instead of Append a message.
+func BenchmarkBundleEncodeRun64(b *testing.B) {
+	buf := make([]byte, MaxUDPPayload)
+	msgs := messages(64, 64)
+	offs := make([]uint32, len(msgs))
+	b.ReportAllocs()
+	b.SetBytes(64 * 64)
+	var w DataWriter
+	for b.Loop() {
+		_ = w.Reset(buf, hdr(mA), mA, 1)
+		if w.AppendRun(msgs, len(msgs), MaxMessageLen, offs) != len(msgs) {
+			b.Fatal("short run")
+		}
+		_ = w.Finish()
+	}
+}
+
 func BenchmarkBundleDecode64(b *testing.B) {
 	var w DataWriter
 	_ = w.Reset(make([]byte, MaxUDPPayload), hdr(mA), mA, 1)

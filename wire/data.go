@@ -275,6 +275,45 @@ func (w *DataWriter) Claim(n int) []byte {
 	return w.buf[start:w.off:w.off]
 }
 
+// AppendRun appends copies of the longest prefix of pls that fits: at
+// most maxCount messages, each at most maxLen (and MaxMessageLen) bytes
+// long, as many as the buffer holds. It writes where each payload begins
+// in the buffer into offs (offs[i] for pls[i], 0 for an empty payload)
+// and returns how many it took, at most len(offs). It is Append in a
+// loop that keeps the writer's state in registers: a bundler's per-message
+// path.
+func (w *DataWriter) AppendRun(pls [][]byte, maxCount, maxLen int, offs []uint32) int {
+	if w.buf == nil || maxCount <= 0 {
+		return 0
+	}
+	maxLen = min(maxLen, MaxMessageLen)
+	n := min(len(pls), len(offs), maxCount)
+	if room := w.maxCount - uint64(w.count); uint64(n) > room {
+		n = int(room)
+	}
+	buf, off := w.buf[:w.limit], w.off
+	pls, offs = pls[:n], offs[:n]
+	k := 0
+	for ; k < len(pls); k++ {
+		pl := pls[k]
+		start := off + MsgOverhead
+		end := start + len(pl)
+		if len(pl) > maxLen || end > len(buf) {
+			break
+		}
+		b := buf[off:end]
+		binary.LittleEndian.PutUint16(b, uint16(len(pl)))
+		copy(b[MsgOverhead:], pl)
+		if len(pl) == 0 {
+			start = 0
+		}
+		offs[k] = uint32(start)
+		off = end
+	}
+	w.off, w.count = off, w.count+k
+	return k
+}
+
 // Grow moves the bundle into buf, which must be at least as long as the
 // current buffer: the bytes written so far are copied and the limit
 // becomes buf's length (less the trailer). Slices returned by Claim keep
