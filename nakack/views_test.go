@@ -471,6 +471,21 @@ func TestMergeViewBeforeCutClosed(t *testing.T) {
 	require.Empty(t, c.rec(mA).lostOf(mB))
 }
 
+// mergeCBack installs at every member the merge view {A, B, C} with the
+// digest merged from A's and C's: departed C comes back.
+func mergeCBack(t *testing.T, c *cluster) {
+	t.Helper()
+	v3 := View{ID: digest.ViewID{Coord: mA, Counter: 3}, Members: []digest.Member{mA, mB, mC}}
+	md := digest.NewMutable(v3.Members)
+	md.MergeDigest(c.p(mA).Digest())
+	md.MergeDigest(c.p(mC).Digest())
+	d, err := md.Complete()
+	require.NoError(t, err)
+	for _, m := range c.order {
+		c.p(m).InstallMergeView(v3, d, c.now)
+	}
+}
+
 // TestMergeViewKeepsCutAsBoundWhereCutNotHeld: C sends m1, m2, a
 // message of three fragments (3..5) and one more; A holds 1..3, B only 1
 // and 2. C departs and the cut is fixed at 3: A delivers 1 and 2 and
@@ -500,15 +515,7 @@ func TestMergeViewKeepsCutAsBoundWhereCutNotHeld(t *testing.T) {
 	require.Empty(t, c.rec(mB).lostOf(mC), "B: 3 not held yet")
 	_, err := c.p(mC).ForcePurge(mC, 5)
 	require.NoError(t, err)
-	v3 := View{ID: digest.ViewID{Coord: mA, Counter: 3}, Members: []digest.Member{mA, mB, mC}}
-	md := digest.NewMutable(v3.Members)
-	md.MergeDigest(c.p(mA).Digest())
-	md.MergeDigest(c.p(mC).Digest())
-	d, err := md.Complete()
-	require.NoError(t, err)
-	for _, m := range c.order {
-		c.p(m).InstallMergeView(v3, d, c.now)
-	}
+	mergeCBack(t, c)
 	c.run(c.now+time.Second, nil)
 	for _, m := range []digest.Member{mA, mB} {
 		require.Equal(t, []uint64{1, 2, 6}, c.rec(m).seqs(mC), "member %v", m)
@@ -546,15 +553,7 @@ func TestMergeViewBeforeCutClosedDropsItsLostRanges(t *testing.T) {
 		require.Equal(t, span(1, 5), c.rec(m).seqs(mC), "member %v: held up at its gap", m)
 		require.Empty(t, c.rec(m).lostOf(mC), "member %v", m)
 	}
-	v3 := View{ID: digest.ViewID{Coord: mA, Counter: 3}, Members: []digest.Member{mA, mB, mC}}
-	md := digest.NewMutable(v3.Members)
-	md.MergeDigest(c.p(mA).Digest())
-	md.MergeDigest(c.p(mC).Digest())
-	d, err := md.Complete()
-	require.NoError(t, err)
-	for _, m := range c.order {
-		c.p(m).InstallMergeView(v3, d, c.now)
-	}
+	mergeCBack(t, c)
 	c.run(c.now+time.Second, nil)
 	for _, m := range []digest.Member{mA, mB} {
 		require.Equal(t, span(1, 10), c.rec(m).seqs(mC), "member %v", m)
