@@ -16,7 +16,11 @@ type runState struct {
 	// application's DoWork, Open's or Close's goroutine), 0 when it is
 	// free; handoff asks Open's goroutine to stop and free it, handedOff
 	// is closed once it did.
-	owner     atomic.Int32
+	owner atomic.Int32
+	// appWorks counts the application's DoWork calls that ran the agent
+	// (written by the owner only): a blocking call that sees it move
+	// leaves the agent to that loop (driveOnce).
+	appWorks  atomic.Uint64
 	handoff   atomic.Bool
 	handedOff chan struct{}
 	lastNow   time.Duration // the last cycle's clock (sendDirect's)

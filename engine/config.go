@@ -117,7 +117,11 @@ const (
 	// least every millisecond or so, and while the application waits.
 	// The blocking calls (Send and SendBatch under back-pressure,
 	// Receive, NextEvent) run DoWork themselves while they wait,
-	// spinning with runtime.Gosched in between. Open and Close run the
+	// spinning with runtime.Gosched in between, unless the
+	// application's DoWork loop runs on another goroutine: once its
+	// DoWork ran since their last look, they wait for that loop's work
+	// instead of taking turns with it (Stats.AgentBusy counts the DoWork
+	// calls that found the agent taken). Open and Close run the
 	// agent on a goroutine of their own while they join and drain.
 	ThreadingInvoked
 )

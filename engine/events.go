@@ -174,6 +174,8 @@ func (m *Member) NextEvent(ctx context.Context) (Event, error) {
 	q := &m.events
 	q.init()
 	var one [1]Event
+	d := m.startDriving()
+	defer d.stop()
 	for {
 		if q.pop(one[:]) == 1 {
 			return one[0], nil
@@ -189,7 +191,7 @@ func (m *Member) NextEvent(ctx context.Context) (Event, error) {
 			if err := ctx.Err(); err != nil {
 				return Event{}, err
 			}
-			m.driveOnce()
+			m.driveOnce(&d)
 			continue
 		}
 		select {

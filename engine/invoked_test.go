@@ -144,6 +144,8 @@ func TestInvokedBlockingCallsDrive(t *testing.T) {
 		require.NoError(t, ms[0].Send(ctx, payloadOf(0, i, 20+i%200)))
 	}
 	received := false
+	d := ms[0].startDriving()
+	defer d.stop()
 	for !received || own.n.Load() < int64(n) {
 		select {
 		case err := <-got:
@@ -151,12 +153,102 @@ func TestInvokedBlockingCallsDrive(t *testing.T) {
 			received = true
 		default:
 			require.NoError(t, ctx.Err(), "own deliveries %d of %d", own.n.Load(), n)
-			ms[0].driveOnce() // the sender's repairs, stability, own deliveries
+			ms[0].driveOnce(&d) // the sender's repairs, stability, own deliveries
 		}
 	}
 	require.Equal(t, int64(n), own.n.Load())
 	require.NotZero(t, ms[0].Stats().BackPressureWaits, "Send waited under back-pressure")
 	require.NotZero(t, ms[0].Stats().Retransmitted, "repairs went out from DoWork")
+}
+
+// TestInvokedBlockingCallLeavesAgentToLoop: once the application's own
+// DoWork loop has run the agent since a blocking call's last wait step,
+// the next step (driveOnce) waits for that loop's progress instead of
+// taking the agent, so the loop's DoWork never finds it taken
+// (AgentBusy) while the step waits; the step notes the loop's count. A
+// blocking call that took turns with the loop held the agent through a
+// WaitWork of up to a millisecond while the loop's DoWork (and
+// TrySendBatch) found it taken and spun.
+func TestInvokedBlockingCallLeavesAgentToLoop(t *testing.T) {
+	ms := openGroup(t, 1, func(_ int, c *Config) { c.Agent.Threading = ThreadingInvoked })
+	m := ms[0]
+	m.DoWork()
+	before := m.ag.appWorks.Load()
+	require.NotZero(t, before, "DoWork counts the application's runs")
+	d := driving{seen: before - 1} // the loop ran since the call's last step
+	busy := m.ctr.agentBusy.Load()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.driveOnce(&d)
+		d.stop()
+	}()
+	for waiting := true; waiting; {
+		select {
+		case <-done:
+			waiting = false
+		default:
+			m.DoWork()
+		}
+	}
+	require.Equal(t, busy, m.ctr.agentBusy.Load(), "the loop's DoWork found the agent taken")
+	require.GreaterOrEqual(t, d.seen, before, "the step noted the loop's count")
+}
+
+// TestInvokedBlockingCallsBesideLoop: an application runs both members'
+// agents in a DoWork loop of its own (startDriver) and, on other
+// goroutines, blocks in Send under back-pressure, Receive and NextEvent:
+// every message arrives in order, and the blocking calls leave the agent
+// to the loop.
+func TestInvokedBlockingCallsBesideLoop(t *testing.T) {
+	n := blockingMessages
+	own := &counter{}
+	ms := openGroup(t, 2, func(i int, c *Config) {
+		c.Agent.Threading = ThreadingInvoked
+		c.Tuning.RingCapacity = 16
+		c.Tuning.Window = 64
+		if i == 0 {
+			c.Handler = own // its own messages, delivered inside DoWork
+		}
+		overMem(c, memtransport.Faults{Loss: 0.05, Seed: uint64(i + 7)})
+	})
+	d := startDriver(t)
+	d.add(ms[0])
+	d.add(ms[1])
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	evCtx, evCancel := context.WithCancel(ctx)
+	events := make(chan error, 1)
+	go func() {
+		for {
+			if _, err := ms[1].NextEvent(evCtx); err != nil {
+				events <- err
+				return
+			}
+		}
+	}()
+	got := make(chan error, 1)
+	go func() {
+		for i := range n {
+			msg, err := ms[1].Receive(ctx)
+			if err != nil {
+				got <- err
+				return
+			}
+			if want := payloadOf(0, i, 20+i%200); string(msg.Payload) != string(want) || msg.Sender != ms[0].Self() {
+				got <- errors.New("wrong message")
+				return
+			}
+		}
+		got <- nil
+	}()
+	for i := range n {
+		require.NoError(t, ms[0].Send(ctx, payloadOf(0, i, 20+i%200)))
+	}
+	require.NoError(t, <-got)
+	evCancel()
+	require.ErrorIs(t, <-events, context.Canceled)
+	require.NotZero(t, ms[0].Stats().BackPressureWaits, "Send waited under back-pressure")
 }
 
 // TestInvokedDynamicMembership: Open joins a dynamic group with a

@@ -247,10 +247,15 @@ func (m *Member) handOver() error {
 // once.
 func (m *Member) DoWork() int {
 	a := &m.ag
-	if !m.invoked() || !a.owner.CompareAndSwap(0, 1) {
+	if !m.invoked() {
+		return 0
+	}
+	if !a.owner.CompareAndSwap(0, 1) {
+		m.ctr.agentBusy.Add(1)
 		return 0
 	}
 	work, _, _ := a.doWork()
+	a.appWorks.Store(a.appWorks.Load() + 1)
 	a.owner.Store(0)
 	return work
 }
@@ -274,14 +279,69 @@ func (m *Member) WaitWork(timeout time.Duration) {
 	a.owner.Store(0)
 }
 
-// driveOnce is a blocking call's wait step with ThreadingInvoked: one
-// DoWork and, when it found nothing to do, a short WaitWork (a yield if
-// another goroutine runs the agent).
-func (m *Member) driveOnce() {
-	if m.DoWork() == 0 {
+// driving is a blocking call's state across its wait steps (driveOnce):
+// the application's DoWork count it last saw, and its timer (made at its
+// first wait for the application's loop, reused after).
+type driving struct {
+	seen uint64
+	t    *time.Timer
+}
+
+// startDriving returns the state of a blocking call that begins now.
+func (m *Member) startDriving() driving { return driving{seen: m.ag.appWorks.Load()} }
+
+// stop releases the call's timer.
+func (d *driving) stop() {
+	if d.t != nil {
+		d.t.Stop()
+	}
+}
+
+// driveOnce is a blocking call's wait step with ThreadingInvoked. While
+// the application's own loop runs the agent (its DoWork ran since the
+// call's last step), it waits for that loop's next productive DoWork, at
+// most driveWait, instead of taking turns with it: a blocking call that
+// took the agent would hold it through its WaitWork, the loop's DoWork
+// and TrySendBatch finding it taken meanwhile, and one that found it
+// taken would spin. Otherwise it runs one DoWork and, when that found
+// nothing to do, a short WaitWork (a yield if another goroutine runs the
+// agent).
+func (m *Member) driveOnce(d *driving) {
+	a := &m.ag
+	if n := a.appWorks.Load(); n != d.seen {
+		d.seen = n
+		m.awaitProgress(d)
+		return
+	}
+	if !a.owner.CompareAndSwap(0, 1) {
+		runtime.Gosched()
+		return
+	}
+	work, _, _ := a.doWork()
+	a.owner.Store(0)
+	if work == 0 {
 		m.WaitWork(driveWait)
 		runtime.Gosched()
 	}
+}
+
+// awaitProgress waits until the agent next does work (signalDeliverable),
+// the member stops, or driveWait passed.
+func (m *Member) awaitProgress(d *driving) {
+	if d.t == nil {
+		d.t = time.NewTimer(driveWait)
+	} else {
+		d.t.Reset(driveWait)
+	}
+	m.pollWaiters.Add(1)
+	ch := *m.deliverCh.Load()
+	select {
+	case <-ch:
+	case <-d.t.C:
+	case <-m.stop:
+	}
+	d.t.Stop()
+	m.pollWaiters.Add(-1)
 }
 
 // driveWait bounds a blocking call's WaitWork, so that it looks at its
@@ -532,6 +592,8 @@ func (m *Member) sendInvoked(ctx context.Context, payload []byte) error {
 // yield) until done reports true, ctx ends (its error) or the member
 // closes (ErrClosed).
 func (m *Member) drive(ctx context.Context, done func() bool) error {
+	d := m.startDriving()
+	defer d.stop()
 	for !done() {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -541,7 +603,7 @@ func (m *Member) drive(ctx context.Context, done func() bool) error {
 			return ErrClosed
 		default:
 		}
-		m.driveOnce()
+		m.driveOnce(&d)
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ type counters struct {
 	flowControlWaits     atomic.Uint64
 	sentDirect           atomic.Uint64
 	sentInPlace          atomic.Uint64
+	agentBusy            atomic.Uint64
 	datagramsIn          atomic.Uint64
 	datagramsOut         atomic.Uint64
 	socketErrors         atomic.Uint64
@@ -190,7 +191,12 @@ type Stats struct {
 	// SentInPlace counts the log buffer's terms sent as they were
 	// written (one datagram each, with no copy: nakack SendDatagram);
 	// the other terms' messages are copied into bundles.
-	SentInPlace      uint64
+	SentInPlace uint64
+	// AgentBusy counts DoWork calls (ThreadingInvoked) that returned at
+	// once because another goroutine was running the agent: a second
+	// DoWork loop, a blocking call driving it before the application's
+	// loop had run, TrySendBatch's direct path or Close.
+	AgentBusy        uint64
 	SocketErrors     uint64 // read/write errors other than closing
 	ReceiveErrors    uint64 // datagrams the protocol refused (also in Drops)
 	UnicastViaGroup  uint64 // unicasts sent through the group: no address for the destination (a static member not bound yet)
@@ -282,6 +288,7 @@ func (m *Member) Stats() Stats {
 		FlowControlWaits:     m.ctr.flowControlWaits.Load(),
 		SentDirect:           m.ctr.sentDirect.Load(),
 		SentInPlace:          m.ctr.sentInPlace.Load(),
+		AgentBusy:            m.ctr.agentBusy.Load(),
 		SocketErrors:         m.ctr.socketErrors.Load(),
 		ReceiveErrors:        m.ctr.receiveErrors.Load(),
 		UnicastViaGroup:      m.ctr.unicastViaGroup.Load(),
