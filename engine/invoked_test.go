@@ -108,16 +108,8 @@ func TestInvokedOneGoroutine(t *testing.T) {
 func TestInvokedBlockingCallsDrive(t *testing.T) {
 	n := blockingMessages
 	own := &counter{}
-	ms := openGroup(t, 2, func(i int, c *Config) {
-		c.Agent.Threading = ThreadingInvoked
-		c.Tuning.RingCapacity = 16
-		c.Tuning.Window = 64
-		if i == 0 {
-			c.Handler = own // its own messages, delivered inside DoWork
-			overMem(c, none)
-		} else {
-			overMem(c, memtransport.Faults{Loss: 0.1})
-		}
+	ms := openBlockingPair(t, own, func(i int) memtransport.Faults {
+		return []memtransport.Faults{none, {Loss: 0.1}}[i]
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -125,21 +117,7 @@ func TestInvokedBlockingCallsDrive(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, EventView, e.Kind)
 
-	got := make(chan error, 1)
-	go func() {
-		for i := range n {
-			msg, err := ms[1].Receive(ctx)
-			if err != nil {
-				got <- err
-				return
-			}
-			if want := payloadOf(0, i, 20+i%200); string(msg.Payload) != string(want) || msg.Sender != ms[0].Self() {
-				got <- errors.New("wrong message")
-				return
-			}
-		}
-		got <- nil
-	}()
+	got := receiveInOrder(ctx, ms[1], ms[0], n)
 	for i := range n {
 		require.NoError(t, ms[0].Send(ctx, payloadOf(0, i, 20+i%200)))
 	}
@@ -203,14 +181,8 @@ func TestInvokedBlockingCallLeavesAgentToLoop(t *testing.T) {
 func TestInvokedBlockingCallsBesideLoop(t *testing.T) {
 	n := blockingMessages
 	own := &counter{}
-	ms := openGroup(t, 2, func(i int, c *Config) {
-		c.Agent.Threading = ThreadingInvoked
-		c.Tuning.RingCapacity = 16
-		c.Tuning.Window = 64
-		if i == 0 {
-			c.Handler = own // its own messages, delivered inside DoWork
-		}
-		overMem(c, memtransport.Faults{Loss: 0.05, Seed: uint64(i + 7)})
+	ms := openBlockingPair(t, own, func(i int) memtransport.Faults {
+		return memtransport.Faults{Loss: 0.05, Seed: uint64(i + 7)}
 	})
 	d := startDriver(t)
 	d.add(ms[0])
@@ -227,21 +199,7 @@ func TestInvokedBlockingCallsBesideLoop(t *testing.T) {
 			}
 		}
 	}()
-	got := make(chan error, 1)
-	go func() {
-		for i := range n {
-			msg, err := ms[1].Receive(ctx)
-			if err != nil {
-				got <- err
-				return
-			}
-			if want := payloadOf(0, i, 20+i%200); string(msg.Payload) != string(want) || msg.Sender != ms[0].Self() {
-				got <- errors.New("wrong message")
-				return
-			}
-		}
-		got <- nil
-	}()
+	got := receiveInOrder(ctx, ms[1], ms[0], n)
 	for i := range n {
 		require.NoError(t, ms[0].Send(ctx, payloadOf(0, i, 20+i%200)))
 	}
@@ -249,6 +207,44 @@ func TestInvokedBlockingCallsBesideLoop(t *testing.T) {
 	evCancel()
 	require.ErrorIs(t, <-events, context.Canceled)
 	require.NotZero(t, ms[0].Stats().BackPressureWaits, "Send waited under back-pressure")
+}
+
+// openBlockingPair opens the two invoked members of the blocking-call
+// tests (a small ring and window): member 0 in push mode, own getting its
+// own messages inside DoWork, member 1 in pull mode; faults(i) are member
+// i's.
+func openBlockingPair(t *testing.T, own *counter, faults func(i int) memtransport.Faults) []*Member {
+	return openGroup(t, 2, func(i int, c *Config) {
+		c.Agent.Threading = ThreadingInvoked
+		c.Tuning.RingCapacity = 16
+		c.Tuning.Window = 64
+		if i == 0 {
+			c.Handler = own
+		}
+		overMem(c, faults(i))
+	})
+}
+
+// receiveInOrder receives n messages on r with Receive on a goroutine of
+// its own and reports on the channel whether they were from's
+// payloadOf(0, i, 20+i%200), in order (nil) or what went wrong.
+func receiveInOrder(ctx context.Context, r, from *Member, n int) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		for i := range n {
+			msg, err := r.Receive(ctx)
+			if err != nil {
+				got <- err
+				return
+			}
+			if want := payloadOf(0, i, 20+i%200); string(msg.Payload) != string(want) || msg.Sender != from.Self() {
+				got <- errors.New("wrong message")
+				return
+			}
+		}
+		got <- nil
+	}()
+	return got
 }
 
 // TestInvokedDynamicMembership: Open joins a dynamic group with a
