@@ -176,8 +176,9 @@ func TestInvokedBlockingCallLeavesAgentToLoop(t *testing.T) {
 // TestInvokedBlockingCallsBesideLoop: an application runs both members'
 // agents in a DoWork loop of its own (startDriver) and, on other
 // goroutines, blocks in Send under back-pressure, Receive and NextEvent:
-// every message arrives in order, and the blocking calls leave the agent
-// to the loop.
+// every message arrives in order, Send waited, and NextEvent returns
+// when its context ends. (That the blocking calls leave the agent to the
+// loop is TestInvokedBlockingCallLeavesAgentToLoop's.)
 func TestInvokedBlockingCallsBesideLoop(t *testing.T) {
 	n := blockingMessages
 	own := &counter{}

@@ -246,18 +246,30 @@ func (m *Member) handOver() error {
 // datagrams go out full; it then counts as work, and WaitWork returns at
 // once.
 func (m *Member) DoWork() int {
-	a := &m.ag
 	if !m.invoked() {
 		return 0
 	}
-	if !a.owner.CompareAndSwap(0, 1) {
+	work, ok := m.runCycle(true)
+	if !ok {
 		m.ctr.agentBusy.Add(1)
-		return 0
 	}
-	work, _, _ := a.doWork()
-	a.appWorks.Store(a.appWorks.Load() + 1)
-	a.owner.Store(0)
 	return work
+}
+
+// runCycle runs one agent cycle if no other goroutine runs the agent (ok
+// false: one does); app counts it as the application's (appWorks, which
+// only the owner writes).
+func (m *Member) runCycle(app bool) (work int, ok bool) {
+	a := &m.ag
+	if !a.owner.CompareAndSwap(0, 1) {
+		return 0, false
+	}
+	work, _, _ = a.doWork()
+	if app {
+		a.appWorks.Store(a.appWorks.Load() + 1)
+	}
+	a.owner.Store(0)
+	return work, true
 }
 
 // WaitWork blocks the calling goroutine, with ThreadingInvoked, until the
@@ -313,12 +325,11 @@ func (m *Member) driveOnce(d *driving) {
 		m.awaitProgress(d)
 		return
 	}
-	if !a.owner.CompareAndSwap(0, 1) {
+	work, ok := m.runCycle(false)
+	if !ok {
 		runtime.Gosched()
 		return
 	}
-	work, _, _ := a.doWork()
-	a.owner.Store(0)
 	if work == 0 {
 		m.WaitWork(driveWait)
 		runtime.Gosched()
