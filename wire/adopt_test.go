@@ -63,9 +63,9 @@ func TestDataWriterAdopt(t *testing.T) {
 // TestDataWriterAppendRun: AppendRun takes what Append, called in a loop
 // until it refuses or a payload is longer than maxLen, would take, up to
 // maxCount and len(offs), and writes the same datagram; offs tell where
-// each payload begins in the buffer (0 for an empty one), as Claim's
-// slices do. Random runs of sizes around the buffer's room, with an open
-// bundle already holding messages, checked against that model.
+// each payload begins in the buffer, as Claim's slices do. Random runs
+// of sizes around the buffer's room, with an open bundle already holding
+// messages, checked against that model.
 func TestDataWriterAppendRun(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	for round := range 2000 {
@@ -99,12 +99,10 @@ func TestDataWriterAppendRun(t *testing.T) {
 				break
 			}
 			copy(dst, pl)
-			off := uint32(0)
 			if len(dst) > 0 {
 				require.Same(t, &wbuf[start], &dst[0])
-				off = uint32(start)
 			}
-			wantOffs = append(wantOffs, off)
+			wantOffs = append(wantOffs, uint32(start))
 		}
 		offs := make([]uint32, 16)
 		n := got.AppendRun(pls, maxCount, maxLen, offs)

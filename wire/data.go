@@ -278,10 +278,9 @@ func (w *DataWriter) Claim(n int) []byte {
 // AppendRun appends copies of the longest prefix of pls that fits: at
 // most maxCount messages, each at most maxLen (and MaxMessageLen) bytes
 // long, as many as the buffer holds. It writes where each payload begins
-// in the buffer into offs (offs[i] for pls[i], 0 for an empty payload)
-// and returns how many it took, at most len(offs). It is Append in a
-// loop that keeps the writer's state in registers: a bundler's per-message
-// path.
+// in the buffer into offs (offs[i] for pls[i]) and returns how many it
+// took, at most len(offs). It is Append in a loop that keeps the writer's
+// state in registers: a bundler's per-message path.
 func (w *DataWriter) AppendRun(pls [][]byte, maxCount, maxLen int, offs []uint32) int {
 	if w.buf == nil || maxCount <= 0 {
 		return 0
@@ -304,9 +303,6 @@ func (w *DataWriter) AppendRun(pls [][]byte, maxCount, maxLen int, offs []uint32
 		b := buf[off:end]
 		binary.LittleEndian.PutUint16(b, uint16(len(pl)))
 		copy(b[MsgOverhead:], pl)
-		if len(pl) == 0 {
-			start = 0
-		}
 		offs[k] = uint32(start)
 		off = end
 	}
