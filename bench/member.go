@@ -610,8 +610,8 @@ func (h *memberHandler) deliverBlock(st *recvState, seq, back uint64, ps [][]byt
 			odd++
 		}
 		next = idx + 1
-		if end || h.sampled.hit(idx) {
-			h.sample(st, p, idx)
+		if hit := h.sampled.hit(idx); end || hit {
+			h.sample(st, p, hit)
 			ended = ended || end
 		}
 	}
@@ -625,16 +625,16 @@ func (h *memberHandler) deliverBlock(st *recvState, seq, back uint64, ps [][]byt
 	}
 }
 
-// sample records the latency of message p (payload index idx) if it is
-// sampled, and the time of the stream's last delivery so far. The engine
-// hands over a run's messages in one call, so they share one delivery
-// time: the clock is read once a run, at its first sampled message.
-func (h *memberHandler) sample(st *recvState, p []byte, idx uint64) {
+// sample records the latency of message p if hit (it is sampled), and
+// the time of the stream's last delivery so far. The engine hands over a
+// run's messages in one call, so they share one delivery time: the clock
+// is read once a run, at its first sampled message.
+func (h *memberHandler) sample(st *recvState, p []byte, hit bool) {
 	if st.now == 0 {
 		st.now = Nanotime()
 	}
 	now := st.now
-	if h.sampled.hit(idx) {
+	if hit {
 		_ = st.hist.RecordValue(max(now-int64(binary.LittleEndian.Uint64(p)), histLowest))
 	}
 	st.res.LastDeliverNs = now
