@@ -148,9 +148,10 @@ type Protocol interface {
 	ReleaseCapture(id uint64, now time.Duration)
 	// InstallMergeView installs a merge view v together with its digest d
 	// (covering v) in one step: windows of members new to this member
-	// resume where their windows were closed after a cut (or start at 0 for
-	// a sender never seen), windows behind d are raised (never our own), and
-	// what the holder purged (at or below d's Low) and we never got is
+	// resume where their windows were closed after a cut (or start at d's
+	// Low, as a joiner's, for a sender never seen), windows behind d are
+	// raised (never our own), and what the holder purged (at or below d's
+	// Low) and we got neither delivered nor before our window's start is
 	// reported lost; the rest is fetched.
 	InstallMergeView(v View, d digest.Digest, now time.Duration)
 	// CheckOverwrite reports whether OverwriteDigest(d) can be applied

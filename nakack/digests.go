@@ -131,9 +131,10 @@ func (p *Protocol) InstallView(v View, join digest.Digest, now time.Duration) {
 // window is ever created at 0 for a member of the other partition. Members
 // new to this member get a window by MergeDigest's rules: a sender whose
 // window was closed after a cut resumes at the delivered point remembered
-// then, a sender never seen starts at 0; in both cases what lies at or
-// below the holder's Low (d's entry) is reported lost and the rest up to
-// d's Received is fetched. Existing windows are raised as by MergeDigest.
+// then, what lies between it and the holder's Low (d's entry) reported
+// lost; a sender never seen starts at the holder's Low, as a joiner's
+// window (meetWindow). In both cases the rest up to d's Received is
+// fetched. Existing windows are raised as by MergeDigest.
 // A view member d lacks gets no window (its data waits in the pending
 // queue).
 func (p *Protocol) InstallMergeView(v View, d digest.Digest, now time.Duration) {
@@ -312,6 +313,23 @@ func (p *Protocol) joinWindow(e digest.Entry, now time.Duration) {
 	s.reasm.joinedAt = e.Delivered
 }
 
+// meetWindow creates the window of a sender this member meets in a merge
+// without having had a window of it (a member of the other partition it
+// never shared a view with): as a joiner's (joinWindow), at the holder's
+// Low, and fetches the rest up to e's Received. What the sender sent
+// before lies in a history this member never took part in; reporting it
+// lost would make the report's boundaries depend on when each member first
+// met the sender (one that met it in an earlier merge reported the prefix
+// up to the Low of then, and the rest at a later cut or merge, in two
+// ranges where a member meeting it only now would report one).
+func (p *Protocol) meetWindow(e digest.Entry, now time.Duration) {
+	s := p.addSender(e.Member, e.Low, p.cfg.RecvWindow)
+	s.floor = e.Low
+	s.highest = max(e.Low, e.Delivered, e.Received)
+	s.reasm.joinedAt = e.Low
+	p.checkGaps(s, now)
+}
+
 // SetDigest (join) creates windows for the senders in d that have none,
 // starting at d's delivered value (a message the digest ends inside is
 // skipped, see joinWindow); existing windows and the own entry are left
@@ -333,9 +351,9 @@ func (p *Protocol) SetDigest(d digest.Digest, now time.Duration) {
 // we lack is marked lost (reported once by Poll, held messages still
 // deliver) and the rest up to its received is fetched. A sender without a
 // window gets one as InstallMergeView gives it (resuming at the point its
-// window was closed, or at 0 if never seen, reporting lost only what lies at
-// or below d's Low). Prefer InstallMergeView, which installs the merge view
-// and its digest in one step.
+// window was closed, reporting lost what lies from there to d's Low, or at
+// d's Low if never seen). Prefer InstallMergeView, which installs the merge
+// view and its digest in one step.
 func (p *Protocol) MergeDigest(d digest.Digest, now time.Duration) {
 	for i := range d.Len() {
 		p.mergeEntry(d.At(i), now)
@@ -351,7 +369,11 @@ func (p *Protocol) mergeEntry(e digest.Entry, now time.Duration) {
 	}
 	s := p.senders[e.Member]
 	if s == nil {
-		start := p.closed[e.Member] // 0 if never seen
+		start, seen := p.closed[e.Member]
+		if !seen {
+			p.meetWindow(e, now)
+			return
+		}
 		resume := start
 		var lost wire.Range
 		if e.Low > start {

@@ -411,13 +411,21 @@
 //
 // InstallMergeView installs a merge view and its digest in one step
 // (design.md, "Merges"): a member of the other partition whose window was
-// closed after a cut resumes at the remembered delivered point, one never
-// seen starts at 0; what lies between that point and the holder's Low
-// (digest entry) is reported lost once, before anything else of that
-// sender (a pending event, which goes on over what turns out lost right
-// after it), and the rest up to the digest's Received is fetched. Nothing is
-// skipped silently, and no window is ever created at 0 for a member that
-// has purged. A member that missed the merge view and installs the next,
+// closed after a cut resumes at the remembered delivered point; what lies
+// between that point and the holder's Low (digest entry) is reported lost
+// once, before anything else of that sender (a pending event, which goes
+// on over what turns out lost right after it), and the rest up to the
+// digest's Received is fetched. Nothing is skipped silently, and no window
+// is ever created at 0 for a member that has purged. A sender never seen
+// (no window and none closed: this member never shared a view with it)
+// starts at the holder's Low, as a joiner's window at its join digest:
+// what it sent before is a history this member took no part in, and
+// reporting it would give members that met the sender at different times
+// different boundaries for the same seqnos (one met it in an earlier merge
+// and reported up to the Low of then, and the rest later, where another
+// reports it in one range). The closed points kept are bounded (closedMax):
+// a member that closed more windows since than that takes one it forgot
+// for never seen. A member that missed the merge view and installs the next,
 // regular, view resumes the windows it closed at their closed points too
 // (it learns what the other side purged from MSG_NOT_FOUND instead of the
 // merge digest). A sender still departed (cut not closed) that is back in the

@@ -135,7 +135,17 @@ func newWGHeavyScenario(seed uint64) wgScenario {
 // an event there and later reported 208..456 as one, node 3 210..456. A
 // dropped cut not yet reported past is now a boundary whatever the window
 // holds at it (TestMergeViewKeepsCutAsBoundWhereCutNotHeld in nakack/).
-var wgHeavyRegressions = []uint64{1167, 1622, 2151, 3220, 8023, 11088, 12165, 16224, 21148, 21669, 21710, 22003, 25137, 25400, 26806, 28888, 29127, 29607, 34241, 39466, 85172}
+//
+// 80456: node 5 started alone and merged with the group at 766ms, when
+// node 2 (split away since 621ms) had sent up to 144: node 5, which had
+// never seen node 2, reported 1..144 lost (a sender never seen started at
+// 0). Node 2 was then excluded (cut at 144), node 4 joined without it,
+// and the merge at 2.85s brought it back with 145..238 purged: node 5
+// reported 145..238, node 4, meeting node 2 for the first time, 1..238 in
+// one range. A sender never seen now starts at the merge digest's Low, as
+// a joiner's window, nothing before it reported (TestMergeUnseenMember in
+// gms/, TestMergeDigestUnknownSender in nakack/).
+var wgHeavyRegressions = []uint64{1167, 1622, 2151, 3220, 8023, 11088, 12165, 16224, 21148, 21669, 21710, 22003, 25137, 25400, 26806, 28888, 29127, 29607, 34241, 39466, 80456, 85172}
 
 // TestWholeGroupHeavy runs sim.WholeGroupSeeds() heavy whole-group
 // scenarios and the regression seeds, checked like

@@ -336,6 +336,16 @@ func (t *tap) InstallMergeView(v gms.View, d digest.Digest, now time.Duration) {
 	t.viewChange(v)
 	for _, e := range d.Entries() {
 		t.inc.MergeLow[e.Member] = max(t.inc.MergeLow[e.Member], e.Low)
+		if e.Member == t.inc.Member || !v.Contains(e.Member) {
+			continue
+		}
+		// A view member met for the first time: its stream starts at the
+		// holder's Low, as a joiner's at its join digest.
+		if _, ok := t.P.WindowState(e.Member); !ok {
+			if _, closed := t.P.ClosedWindow(e.Member); !closed {
+				t.inc.App.start(e.Member, e.Low)
+			}
+		}
 	}
 	t.NakackProtocol.InstallMergeView(v, d, now)
 }
