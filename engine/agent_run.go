@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"net/netip"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,11 @@ type runState struct {
 	lastNow   time.Duration // the last cycle's clock (sendDirect's)
 	deadline  time.Duration // the last cycle's next timer (WaitWork's)
 
+	// peered: the agent is in peers (ThreadingShared), and its writes wake
+	// the blocked agents of the other members of peerGroup in this process.
+	peered    bool
+	peerGroup netip.AddrPort
+
 	// ThreadingDedicated
 	dedicated bool
 	sendWake  chan struct{} // producers, room made, Close: wake the sender
@@ -37,6 +43,9 @@ func (a *agent) run() {
 	m := a.m
 	defer close(m.done)
 	defer a.cleanup()
+	if a.peered {
+		defer peers.remove(m.q)
+	}
 	if a.dedicated {
 		go a.runSender()
 		defer func() {
@@ -45,6 +54,17 @@ func (a *agent) run() {
 		}()
 	}
 	a.loop()
+}
+
+// joinPeers puts the agent in peers before run starts it
+// (ThreadingShared: a dedicated agent's receiver goroutine blocks without
+// the parked flag a wake needs, producers wake its sender goroutine).
+func (a *agent) joinPeers() {
+	if a.dedicated {
+		return
+	}
+	a.peerGroup, a.peered = a.m.tr.Group(), true
+	peers.add(a.peerGroup, a.m.q)
 }
 
 // runUntilHandoff is Open's agent goroutine with ThreadingInvoked: the

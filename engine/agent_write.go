@@ -108,6 +108,11 @@ func (a *agent) write(w *wbatch) {
 		m.wmu.Unlock()
 	}
 	m.ctr.datagramsOut.Add(uint64(n))
+	if n > 0 && a.peered {
+		if k := peers.wake(a.peerGroup, m.q); k > 0 {
+			m.ctr.peerWakes.Add(uint64(k))
+		}
+	}
 	w.max = max(w.max, len(w.q))
 	if err != nil && !errors.Is(err, transport.ErrClosed) {
 		m.ctr.socketErrors.Add(1)

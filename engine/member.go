@@ -203,6 +203,7 @@ func (m *Member) startAgent() {
 		return
 	}
 	m.ag.started.Store(true)
+	m.ag.joinPeers()
 	go m.ag.run()
 }
 

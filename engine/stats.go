@@ -25,6 +25,7 @@ type counters struct {
 	sentDirect           atomic.Uint64
 	sentInPlace          atomic.Uint64
 	agentBusy            atomic.Uint64
+	peerWakes            atomic.Uint64
 	datagramsIn          atomic.Uint64
 	datagramsOut         atomic.Uint64
 	socketErrors         atomic.Uint64
@@ -196,7 +197,11 @@ type Stats struct {
 	// once because another goroutine was running the agent: a second
 	// DoWork loop, a blocking call driving it before the application's
 	// loop had run, TrySendBatch's direct path or Close.
-	AgentBusy        uint64
+	AgentBusy uint64
+	// PeerWakes counts the blocked agents of other members of this
+	// member's group in this process that it woke after sending (Go's
+	// scheduler would leave them blocked while the process is busy).
+	PeerWakes        uint64
 	SocketErrors     uint64 // read/write errors other than closing
 	ReceiveErrors    uint64 // datagrams the protocol refused (also in Drops)
 	UnicastViaGroup  uint64 // unicasts sent through the group: no address for the destination (a static member not bound yet)
@@ -289,6 +294,7 @@ func (m *Member) Stats() Stats {
 		SentDirect:           m.ctr.sentDirect.Load(),
 		SentInPlace:          m.ctr.sentInPlace.Load(),
 		AgentBusy:            m.ctr.agentBusy.Load(),
+		PeerWakes:            m.ctr.peerWakes.Load(),
 		SocketErrors:         m.ctr.socketErrors.Load(),
 		ReceiveErrors:        m.ctr.receiveErrors.Load(),
 		UnicastViaGroup:      m.ctr.unicastViaGroup.Load(),

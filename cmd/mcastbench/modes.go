@@ -224,10 +224,10 @@ func watch(ms []*engine.Member, label string, statsEvery time.Duration, stop <-c
 			for i, m := range ms {
 				s := m.Stats()
 				p := prev[i]
-				fmt.Fprintf(stderr, "stats %s member %d: sent %s/s delivered %s/s retrans %d naks %d/%d lost-ranges %d backlog %d bp-waits %d flow-waits %d agent-busy %d drops full %d nobuf %d\n",
+				fmt.Fprintf(stderr, "stats %s member %d: sent %s/s delivered %s/s retrans %d naks %d/%d lost-ranges %d backlog %d bp-waits %d flow-waits %d agent-busy %d peer-wakes %d drops full %d nobuf %d\n",
 					label, i, bench.FormatRate(float64(s.Sent-p.Sent)/dt), bench.FormatRate(float64(s.Delivered-p.Delivered)/dt),
 					s.Retransmitted, s.NakSent, s.NakReceived, s.LostRanges, s.Backlog, s.BackPressureWaits, s.FlowControlWaits,
-					s.AgentBusy, s.Drops.RingFull, s.Drops.NoBuffer)
+					s.AgentBusy, s.PeerWakes, s.Drops.RingFull, s.Drops.NoBuffer)
 				prev[i] = s
 			}
 		}

@@ -68,6 +68,7 @@ func New(m *engine.Member, constLabels prometheus.Labels) *Collector {
 	counter("window_full_total", "Times the protocol's retention window was full.", func(s *engine.Stats) uint64 { return s.ProtocolBackPressure })
 	counter("sent_direct_total", "Messages TrySendBatch wrote straight into the bundle (ThreadingInvoked).", func(s *engine.Stats) uint64 { return s.SentDirect })
 	counter("sent_in_place_total", "Log-buffer terms sent as written, one datagram each with no copy.", func(s *engine.Stats) uint64 { return s.SentInPlace })
+	counter("peer_wakes_total", "Blocked agents of other members of the group in this process woken after a send.", func(s *engine.Stats) uint64 { return s.PeerWakes })
 	counter("agent_busy_total", "DoWork calls that found another goroutine running the agent (ThreadingInvoked).", func(s *engine.Stats) uint64 { return s.AgentBusy })
 	counter("flow_control_waits_total", "Times the sender waited for InFlightBytes to become stable.", func(s *engine.Stats) uint64 { return s.FlowControlWaits })
 	counter("socket_errors_total", "Socket read/write errors.", func(s *engine.Stats) uint64 { return s.SocketErrors })
