@@ -351,9 +351,23 @@ func (q *logBuffer) commit(t *logTerm, idx, k, need int) {
 			ring.StoreRelease(&t.done[i], 1)
 		}
 	}
-	if q.parked.Load() && q.parked.CompareAndSwap(true, false) {
-		q.wake()
+	q.unpark()
+}
+
+// unpark wakes the agent if it is parked (blocked in the kernel, or about
+// to be), taking the flag so that it is woken once a time it parks, and
+// reports whether it did. A load first, inlined into the producers' hot
+// path: the flag is mostly clear, and a compare-and-swap on every call
+// would take its line from the agent.
+func (q *logBuffer) unpark() bool { return q.parked.Load() && q.takeParked() }
+
+// takeParked is unpark's slow path: the flag was seen set.
+func (q *logBuffer) takeParked() bool {
+	if !q.parked.CompareAndSwap(true, false) {
+		return false
 	}
+	q.wake()
+	return true
 }
 
 // abort commits the claimed message idx of t (need bytes) as aborted,
@@ -426,9 +440,7 @@ func (q *logBuffer) putInline(p []byte) bool {
 	} else {
 		ring.StoreRelease(&t.done[stateCount(s)], 1)
 	}
-	if q.parked.Load() && q.parked.CompareAndSwap(true, false) {
-		q.wake()
-	}
+	q.unpark()
 	return true
 }
 

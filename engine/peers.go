@@ -69,8 +69,7 @@ func (g *groupPeers) wake(group netip.AddrPort, from *logBuffer) int {
 	}
 	n := 0
 	for _, e := range *p {
-		if e.q != from && e.group == group && e.q.parked.Load() && e.q.parked.CompareAndSwap(true, false) {
-			e.q.wake()
+		if e.q != from && e.group == group && e.q.unpark() {
 			n++
 		}
 	}

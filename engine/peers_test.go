@@ -52,9 +52,10 @@ func TestGroupPeersWake(t *testing.T) {
 }
 
 // TestSendWakesBlockedPeers: a running member (ThreadingShared) is in
-// peers with its group until it is closed, and its sends wake a blocked
-// agent of its group in this process (a stand-in that nothing else
-// wakes), counted in Stats.PeerWakes, and not one of another group.
+// peers with its group until it is closed, and the members' writes wake
+// a blocked agent of their group in this process (a stand-in that
+// nothing else wakes), counted in Stats.PeerWakes, and not one of
+// another group.
 func TestSendWakesBlockedPeers(t *testing.T) {
 	rec := newRecorder(0)
 	ms := openGroup(t, 2, func(i int, c *Config) {
@@ -89,7 +90,9 @@ func TestSendWakesBlockedPeers(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the send did not wake the blocked agent of its group")
 	}
-	require.NotZero(t, ms[0].Stats().PeerWakes)
+	// Either member's write may have been the one that woke it (the
+	// receiver's acknowledgements too): the waker counted it.
+	require.NotZero(t, ms[0].Stats().PeerWakes+ms[1].Stats().PeerWakes)
 	require.NoError(t, rec.waitFor(ctx, func() bool { return rec.total == 1 }))
 	require.Zero(t, otherWakes.Load())
 	require.True(t, other.parked.Load())

@@ -323,11 +323,8 @@ func (p *Protocol) joinWindow(e digest.Entry, now time.Duration) {
 // up to the Low of then, and the rest at a later cut or merge, in two
 // ranges where a member meeting it only now would report one).
 func (p *Protocol) meetWindow(e digest.Entry, now time.Duration) {
-	s := p.addSender(e.Member, e.Low, p.cfg.RecvWindow)
-	s.floor = e.Low
-	s.highest = max(e.Low, e.Delivered, e.Received)
-	s.reasm.joinedAt = e.Low
-	p.checkGaps(s, now)
+	e.Delivered, e.Received = e.Low, max(e.Low, e.Delivered, e.Received)
+	p.joinWindow(e, now)
 }
 
 // SetDigest (join) creates windows for the senders in d that have none,
